@@ -1,0 +1,93 @@
+"""Settings, read once from the environment inside `create_app`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+class ConfigError(RuntimeError):
+    """A setting is missing or malformed; raised at start, never at import."""
+
+
+def env_int(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from exc
+
+
+def env_float(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    database_url: str
+    redis_url: str
+    secret_key: str
+    public_base_url: str
+    # Sending (DESIGN section 7); seconds unless named otherwise.
+    provider_timeout: float = 10.0
+    webhook_grace: float = 15.0
+    backoff_base: float = 2.0
+    backoff_max: float = 300.0
+    retry_after_max: float = 900.0
+    pair_limit_wait: float = 6.0
+    cap_unknown: int = 5
+    cap_rate_limited: int = 10
+    lease_margin: float = 5.0
+    # The sweeper (DESIGN section 2).
+    sweep_interval: float = 2.0
+    rering_age: float = 30.0
+    parked_max_age_days: int = 7
+    # Request limits.
+    max_api_body: int = 64 * 1024
+    max_webhook_body: int = 1024 * 1024
+
+    @property
+    def lease_seconds(self) -> float:
+        """Twice the provider deadline plus a margin: a live call always ends inside it."""
+        return 2 * self.provider_timeout + self.lease_margin
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+    ) -> Config:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {
+            "database_url": env.get("DATABASE_URL") or "sqlite:///instance/ratchet.db",
+            "redis_url": env.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
+            "secret_key": env.get("SECRET_KEY", ""),
+            "public_base_url": (env.get("PUBLIC_BASE_URL") or "http://127.0.0.1:8000").rstrip("/"),
+            "provider_timeout": env_float(env, "RATCHET_PROVIDER_TIMEOUT", 10.0),
+            "webhook_grace": env_float(env, "RATCHET_WEBHOOK_GRACE", 15.0),
+            "cap_unknown": env_int(env, "RATCHET_CAP_UNKNOWN", 5),
+            "cap_rate_limited": env_int(env, "RATCHET_CAP_RATE_LIMITED", 10),
+            "sweep_interval": env_float(env, "RATCHET_SWEEP_INTERVAL", 2.0),
+            "rering_age": env_float(env, "RATCHET_RERING_AGE", 30.0),
+        }
+        config = cls(**values)
+        if overrides:
+            known = {f.name for f in fields(cls)}
+            unknown = set(overrides) - known
+            if unknown:
+                raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
+            config = replace(config, **dict(overrides))
+        if len(config.secret_key) < 16:
+            raise ConfigError(
+                "SECRET_KEY is missing or shorter than 16 characters; "
+                "`make run` generates one into instance/secret_key"
+            )
+        return config

@@ -1,0 +1,88 @@
+"""The database: one engine and session factory per app, built in `init_app`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from flask import Flask, current_app
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def normalise_url(url: str) -> str:
+    """`postgresql://` means psycopg 3 here (SQLAlchemy would otherwise pick psycopg2)."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://") :]
+    return url
+
+
+def build_engine(url: str, **kwargs: Any) -> Engine:
+    url = normalise_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(parsed.database)), exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        _configure_sqlite(engine)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_engine(url, **kwargs)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    # WAL lets readers run beside one writer; BEGIN IMMEDIATE takes the write lock up front
+    # so two writers queue on the busy timeout instead of deadlocking on a lock upgrade.
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class Database:
+    def __init__(self, url: str, **engine_kwargs: Any) -> None:
+        self.engine = build_engine(url, **engine_kwargs)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """One unit of work: commits on success, rolls back on error."""
+        with self.sessions() as session, session.begin():
+            yield session
+
+    def bind_to(self, connection: Any) -> None:
+        """Run every session inside `connection`'s transaction, as savepoints.
+
+        SQLAlchemy's recipe for tests that roll back: the code under test still commits
+        its own units of work, which become savepoints of the outer transaction.
+        """
+        self.sessions = sessionmaker(
+            bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
+        )
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def init_app(app: Flask, database: Database | None = None) -> None:
+    app.extensions["ratchet.db"] = database or Database(app.config["RATCHET"].database_url)
+
+
+def get_db() -> Database:
+    db: Database = current_app.extensions["ratchet.db"]
+    return db

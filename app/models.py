@@ -1,0 +1,280 @@
+"""The schema. PostgreSQL holds the truth; SQLite serves the one-command demo.
+
+Migrations in `migrations/` create exactly this (a test compares them).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given; pass an aware UTC time")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    # API key = "<prefix>.<secret>": looked up by prefix, the secret compared as SHA-256.
+    api_key_prefix: Mapped[str] = mapped_column(String(32), unique=True)
+    api_key_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+
+
+class Identity(Base):
+    """A sending identity: the number or Page a reply comes back to."""
+
+    __tablename__ = "identities"
+    __table_args__ = (UniqueConstraint("provider", "account_id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    provider: Mapped[str] = mapped_column(String(20))
+    account_id: Mapped[str] = mapped_column(String(100))
+    base_url: Mapped[str] = mapped_column(String(500))
+    # Fernet ciphertexts under a key derived from SECRET_KEY; never logged or shown.
+    token_encrypted: Mapped[str] = mapped_column(Text)
+    app_secret_encrypted: Mapped[str | None] = mapped_column(Text)
+    verify_token_hash: Mapped[str | None] = mapped_column(String(64), index=True)
+    sender: Mapped[str | None] = mapped_column(String(100))
+    reply_rate: Mapped[float] = mapped_column(Float, default=20.0)
+    campaign_rate: Mapped[float] = mapped_column(Float, default=10.0)
+    total_rate: Mapped[float] = mapped_column(Float, default=80.0)
+    paused_at: Mapped[datetime | None]
+    paused_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+
+
+class Message(Base):
+    __tablename__ = "messages"
+    __table_args__ = (
+        # Idempotency is the index, never check-then-insert.
+        Index(
+            "uq_messages_tenant_idempotency_key",
+            "tenant_id",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+            sqlite_where=text("idempotency_key IS NOT NULL"),
+        ),
+        # The queue's questions: due work and its oldest age, per identity and lane.
+        Index("ix_messages_due", "identity_id", "lane", "status", "next_attempt_at"),
+        Index("ix_messages_queued_age", "identity_id", "lane", "status", "queued_at"),
+        Index("ix_messages_provider_message_id", "provider_message_id"),
+        Index("ix_messages_correlation_id", "correlation_id", unique=True),
+        Index("ix_messages_status_failed_at", "status", "failed_at"),
+        Index("ix_messages_thread", "identity_id", "recipient", "request_started_ms"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    identity_id: Mapped[int] = mapped_column(ForeignKey("identities.id"))
+    recipient: Mapped[str] = mapped_column(String(100))
+    lane: Mapped[str] = mapped_column(String(10))
+    body_text: Mapped[str | None] = mapped_column(Text)
+    template: Mapped[dict[str, Any] | None]
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(10))
+    cycle: Mapped[int] = mapped_column(Integer, default=1)
+    # The key we send the provider: derived from the message and `provider_key_cycle`,
+    # stable across retries; a requeue keeps it when an earlier outcome was unknown.
+    provider_key_cycle: Mapped[int] = mapped_column(Integer, default=1)
+    correlation_id: Mapped[str | None] = mapped_column(String(64))
+    provider_message_id: Mapped[str | None] = mapped_column(String(200))
+    # Attempts in this cycle: `attempt` numbers the claims; the class counters feed the caps.
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    unknown_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    rate_limited_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    had_unknown_outcome: Mapped[bool] = mapped_column(Boolean, default=False)
+    request_started_ms: Mapped[int | None] = mapped_column(BigInteger)
+    last_attempt_at: Mapped[datetime | None]
+    next_attempt_at: Mapped[datetime | None]
+    lease_until: Mapped[datetime | None]
+    rung_at: Mapped[datetime | None]
+    failure_class: Mapped[str | None] = mapped_column(String(20))
+    # Verbatim: provider, http_status, code, subcode, title, message, details, trace_id, raw.
+    last_error: Mapped[dict[str, Any] | None]
+    queued_at: Mapped[datetime | None]
+    sending_at: Mapped[datetime | None]
+    sent_at: Mapped[datetime | None]
+    delivered_at: Mapped[datetime | None]
+    read_at: Mapped[datetime | None]
+    failed_at: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+
+
+class Attempt(Base):
+    """One provider call, with its verbatim response."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("message_id", "cycle", "number"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    message_id: Mapped[int] = mapped_column(ForeignKey("messages.id"))
+    cycle: Mapped[int] = mapped_column(Integer)
+    number: Mapped[int] = mapped_column(Integer)
+    provider_key: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    outcome: Mapped[str | None] = mapped_column(String(20))
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    provider_message_id: Mapped[str | None] = mapped_column(String(200))
+    error: Mapped[dict[str, Any] | None]
+    response_body: Mapped[str | None] = mapped_column(Text)
+
+
+class MessageEvent(Base):
+    """Append-only: every change, applied or refused, with its source and both clocks."""
+
+    __tablename__ = "message_events"
+    __table_args__ = (Index("ix_message_events_message", "message_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    message_id: Mapped[int] = mapped_column(ForeignKey("messages.id"))
+    cycle: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(10))
+    kind: Mapped[str] = mapped_column(String(20))
+    from_status: Mapped[str | None] = mapped_column(String(10))
+    to_status: Mapped[str | None] = mapped_column(String(10))
+    applied: Mapped[bool] = mapped_column(Boolean)
+    refusal: Mapped[str | None] = mapped_column(String(20))
+    provider_time: Mapped[datetime | None]
+    received_at: Mapped[datetime]
+    actor: Mapped[str | None] = mapped_column(String(200))
+    detail: Mapped[dict[str, Any] | None]
+    # (provider, provider message id, status): the same status seen again adds no event.
+    dedupe_key: Mapped[str | None] = mapped_column(String(400), unique=True)
+
+
+class WebhookDelivery(Base):
+    """A provider's raw delivery, committed before anything is applied."""
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    provider: Mapped[str] = mapped_column(String(20))
+    identity_id: Mapped[int | None] = mapped_column(ForeignKey("identities.id"))
+    headers: Mapped[dict[str, Any]]
+    body: Mapped[str] = mapped_column(Text)
+    received_at: Mapped[datetime]
+
+
+class WebhookStatus(Base):
+    """One status from a delivery; unapplied ones are replayed by the sweeper.
+
+    `dedupe_key` (provider, provider message id, status) makes a duplicate add nothing.
+    """
+
+    __tablename__ = "webhook_statuses"
+    __table_args__ = (
+        Index("ix_webhook_statuses_pending", "applied_at", "received_at"),
+        Index("ix_webhook_statuses_provider_message_id", "provider", "provider_message_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    delivery_id: Mapped[int] = mapped_column(ForeignKey("webhook_deliveries.id"))
+    provider: Mapped[str] = mapped_column(String(20))
+    identity_id: Mapped[int] = mapped_column(ForeignKey("identities.id"))
+    dedupe_key: Mapped[str] = mapped_column(String(400), unique=True)
+    provider_message_id: Mapped[str | None] = mapped_column(String(200))
+    correlation_id: Mapped[str | None] = mapped_column(String(512))
+    status: Mapped[str] = mapped_column(String(20))
+    provider_time: Mapped[datetime | None]
+    received_at: Mapped[datetime]
+    payload: Mapped[dict[str, Any]]
+    # Null until it was applied or refused; `parked` while no message matches yet.
+    applied_at: Mapped[datetime | None]
+    result: Mapped[str | None] = mapped_column(String(20))
+    message_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id"))
+    tries: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ConversationWindow(Base):
+    """The 24-hour customer-service window a recipient's inbound message opens."""
+
+    __tablename__ = "conversation_windows"
+    __table_args__ = (UniqueConstraint("identity_id", "recipient"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    identity_id: Mapped[int] = mapped_column(ForeignKey("identities.id"))
+    recipient: Mapped[str] = mapped_column(String(100))
+    last_inbound_at: Mapped[datetime]
+    open_until: Mapped[datetime]
+
+
+class Staff(Base):
+    __tablename__ = "staff"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    email: Mapped[str] = mapped_column(String(254), unique=True)
+    role: Mapped[str] = mapped_column(String(10))
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
+    password_hash: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime]
+
+
+class AuditEntry(Base):
+    """Operator actions: who did what, when, and why."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    actor: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(50))
+    target: Mapped[str] = mapped_column(String(100))
+    detail: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime]

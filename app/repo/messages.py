@@ -1,0 +1,356 @@
+"""Messages: reading them, and moving them through the state machine in SQL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, literal, select, update
+from sqlalchemy.orm import Session
+
+from app.lifecycle import TIMESTAMP_FIELD, Decision, Refusal, Source, Status, decide
+from app.models import Message, MessageEvent
+from app.repo.events import append_event
+from app.repo.sql import insert_ignoring_conflict, rows_changed
+
+# A compare-and-set that lost a race is retried after re-reading; the state only moves
+# forward, so a handful of rounds always settles.
+_MAX_ROUNDS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """What happened to a requested move."""
+
+    applied: bool
+    from_status: Status | None
+    to_status: Status
+    refusal: Refusal | None = None
+    duplicate: bool = False
+
+    @property
+    def was_found(self) -> bool:
+        return self.from_status is not None
+
+
+def get_message(session: Session, message_id: int) -> Message | None:
+    return session.get(Message, message_id, populate_existing=True)
+
+
+def _read_state(session: Session, message_id: int) -> tuple[Status, int, int] | None:
+    row = session.execute(
+        select(Message.status, Message.cycle, Message.attempt).where(Message.id == message_id)
+    ).one_or_none()
+    if row is None:
+        return None
+    return Status(row.status), row.cycle, row.attempt
+
+
+def apply_status(
+    session: Session,
+    message_id: int,
+    target: Status,
+    source: Source,
+    now: datetime,
+    *,
+    provider_time: datetime | None = None,
+    cycle: int | None = None,
+    attempt: int | None = None,
+    kind: str | None = None,
+    actor: str | None = None,
+    detail: dict[str, Any] | None = None,
+    dedupe_key: str | None = None,
+    extra_values: dict[str, Any] | None = None,
+) -> Transition:
+    """Move a message to `target` if the state machine allows it, as a compare-and-set.
+
+    1. The event row is appended first; with a `dedupe_key` already recorded (the same
+       provider, provider message id and status seen again) nothing else happens.
+    2. The current state is read and the state machine decides. `cycle` and `attempt`
+       fence the write: a worker whose attempt was taken over, or a status for an
+       earlier cycle, changes nothing.
+    3. An allowed move is one `UPDATE ... WHERE status = :current`; if another writer got
+       there first, re-read and decide again.
+    4. The event row records the outcome, applied or refused. `extra_values` are written
+       only with an applied move. Timestamps come from the provider's clock where there
+       is one, else ours, and fill only an empty column.
+    """
+    when = provider_time or now
+    stamp = TIMESTAMP_FIELD[target]
+    state = _read_state(session, message_id)
+    if state is None:
+        return Transition(False, None, target, Refusal.NOT_ALLOWED)
+    event_id = append_event(
+        session,
+        message_id=message_id,
+        cycle=state[1],
+        source=source.value,
+        kind=kind or target.value,
+        received_at=now,
+        applied=False,
+        to_status=target.value,
+        provider_time=provider_time,
+        actor=actor,
+        detail=detail,
+        dedupe_key=dedupe_key,
+    )
+    if event_id is None:
+        return Transition(False, state[0], target, Refusal.SAME, duplicate=True)
+
+    for _ in range(_MAX_ROUNDS):
+        current, current_cycle, current_attempt = state
+        stale = (cycle is not None and cycle != current_cycle) or (
+            attempt is not None and attempt != current_attempt
+        )
+        decision = (
+            Decision(False, current, target, Refusal.STALE)
+            if stale
+            else decide(source, current, target)
+        )
+        if not decision.applies:
+            if decision.fills_own_timestamp:
+                _fill_timestamp(session, message_id, current_cycle, stamp, when)
+            result = Transition(False, current, target, decision.refusal)
+            _record(session, event_id, current_cycle, result)
+            return result
+
+        column = getattr(Message, stamp)
+        values: dict[str, Any] = {
+            "status": target.value,
+            stamp: func.coalesce(column, literal(when, column.type)),
+            **(extra_values or {}),
+        }
+        guard = [
+            Message.id == message_id,
+            Message.status == current.value,
+            Message.cycle == current_cycle,
+        ]
+        if attempt is not None:
+            guard.append(Message.attempt == attempt)
+        changed = rows_changed(
+            session,
+            update(Message)
+            .where(*guard)
+            .values(**values)
+            .execution_options(synchronize_session=False),
+        )
+        if changed == 1:
+            result = Transition(True, current, target)
+            _record(session, event_id, current_cycle, result)
+            return result
+        # Nothing updated: another writer moved it between our read and our write.
+        state = _read_state(session, message_id)
+        if state is None:
+            return Transition(False, None, target, Refusal.NOT_ALLOWED)
+    raise RuntimeError(f"message {message_id}: state kept changing under apply_status")
+
+
+def _fill_timestamp(
+    session: Session, message_id: int, cycle: int, stamp: str, when: datetime
+) -> None:
+    column = getattr(Message, stamp)
+    session.execute(
+        update(Message)
+        .where(Message.id == message_id, Message.cycle == cycle, column.is_(None))
+        .values({stamp: when})
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _record(session: Session, event_id: int, cycle: int, result: Transition) -> None:
+    session.execute(
+        update(MessageEvent)
+        .where(MessageEvent.id == event_id)
+        .values(
+            cycle=cycle,
+            applied=result.applied,
+            from_status=result.from_status.value if result.from_status else None,
+            refusal=result.refusal.value if result.refusal else None,
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+def correlation_id_for(message_id: int, cycle: int) -> str:
+    """What we send the provider to find the message again (echoed in its webhooks)."""
+    return f"ratchet:{message_id}:{cycle}"
+
+
+def parse_correlation_id(value: str | None) -> tuple[int, int] | None:
+    if not value or not value.startswith("ratchet:"):
+        return None
+    parts = value.split(":")
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return int(parts[1]), int(parts[2])
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    tenant_id: int
+    identity_id: int
+    recipient: str
+    lane: str
+    fingerprint: str
+    body_text: str | None = None
+    template: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+
+
+def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Message, bool]:
+    """Insert a queued message; with an idempotency key already used, return that one.
+
+    The partial unique index `(tenant_id, idempotency_key)` decides, never a read first:
+    of two concurrent requests with one key exactly one inserts. Returns (message, created).
+    """
+    values = {
+        "tenant_id": new.tenant_id,
+        "identity_id": new.identity_id,
+        "recipient": new.recipient,
+        "lane": new.lane,
+        "body_text": new.body_text,
+        "template": new.template,
+        "idempotency_key": new.idempotency_key,
+        "fingerprint": new.fingerprint,
+        "status": Status.QUEUED.value,
+        "cycle": 1,
+        "provider_key_cycle": 1,
+        "attempt": 0,
+        "unknown_attempts": 0,
+        "rate_limited_attempts": 0,
+        "had_unknown_outcome": False,
+        "queued_at": now,
+        "rung_at": now,
+        "created_at": now,
+    }
+    message_id = insert_ignoring_conflict(
+        session,
+        Message.__table__,
+        values,
+        ["tenant_id", "idempotency_key"],
+        conflict_where=Message.idempotency_key.is_not(None),
+    )
+    if message_id is None:
+        existing = session.scalars(
+            select(Message).where(
+                Message.tenant_id == new.tenant_id,
+                Message.idempotency_key == new.idempotency_key,
+            )
+        ).one()
+        return existing, False
+    session.execute(
+        update(Message)
+        .where(Message.id == message_id)
+        .values(correlation_id=correlation_id_for(message_id, 1))
+    )
+    append_event(
+        session,
+        message_id=message_id,
+        cycle=1,
+        source=Source.API.value,
+        kind="create",
+        received_at=now,
+        applied=True,
+        to_status=Status.QUEUED.value,
+    )
+    message = get_message(session, message_id)
+    assert message is not None
+    return message, True
+
+
+class RequeueRefusedError(Exception):
+    """A requeue that must not happen (not failed, or the message already got there)."""
+
+
+def requeue_message(
+    session: Session,
+    message_id: int,
+    now: datetime,
+    *,
+    actor: str,
+    force: bool = False,
+    reason: str | None = None,
+) -> Message:
+    """The one backward edge: an operator moves a failed message to `queued`, a new cycle.
+
+    If any attempt of the failed cycle had an unknown outcome the provider may hold the
+    message, so the new cycle keeps the provider key; after only definite rejections it
+    gets the new cycle's key. Refused, unless forced with a reason, when refused
+    `delivered`/`read` events show the message reached the phone.
+    """
+    message = get_message(session, message_id)
+    if message is None:
+        raise RequeueRefusedError(f"message {message_id} does not exist")
+    if message.status != Status.FAILED.value:
+        raise RequeueRefusedError(
+            f"message {message_id} is {message.status}, not failed; only failed messages "
+            "can be requeued"
+        )
+    reached = reached_phone_after_failing(session, message_id, message.cycle)
+    if reached and not force:
+        raise RequeueRefusedError(
+            f"message {message_id} was reported {reached} after it failed; it may already "
+            "be on the phone. Use --force with --reason to requeue anyway"
+        )
+    if force and not reason:
+        raise RequeueRefusedError("a forced requeue needs a reason")
+    new_cycle = message.cycle + 1
+    key_cycle = message.provider_key_cycle if message.had_unknown_outcome else new_cycle
+    cleared = {name: None for name in TIMESTAMP_FIELD.values()}
+    result = apply_status(
+        session,
+        message_id,
+        Status.QUEUED,
+        Source.OPERATOR,
+        now,
+        cycle=message.cycle,
+        kind="requeue",
+        actor=actor,
+        detail={
+            "forced": force,
+            "reason": reason,
+            "new_cycle": new_cycle,
+            "provider_key_cycle": key_cycle,
+            "previous_error": message.last_error,
+            "previous_failure_class": message.failure_class,
+        },
+        extra_values={
+            **cleared,
+            "queued_at": now,
+            "cycle": new_cycle,
+            "provider_key_cycle": key_cycle,
+            "correlation_id": correlation_id_for(message_id, new_cycle),
+            "provider_message_id": None,
+            "attempt": 0,
+            "unknown_attempts": 0,
+            "rate_limited_attempts": 0,
+            "had_unknown_outcome": False,
+            "request_started_ms": None,
+            "next_attempt_at": None,
+            "lease_until": None,
+            "rung_at": None,
+            "failure_class": None,
+            "last_error": None,
+        },
+    )
+    if not result.applied:
+        raise RequeueRefusedError(f"message {message_id} changed while requeueing; try again")
+    refreshed = get_message(session, message_id)
+    assert refreshed is not None
+    return refreshed
+
+
+def reached_phone_after_failing(session: Session, message_id: int, cycle: int) -> str | None:
+    """`delivered` or `read` if such a status was refused because the message had failed."""
+    return session.scalars(
+        select(MessageEvent.to_status)
+        .where(
+            MessageEvent.message_id == message_id,
+            MessageEvent.cycle == cycle,
+            MessageEvent.refusal == Refusal.FAILED_IS_FINAL.value,
+            MessageEvent.to_status.in_([Status.DELIVERED.value, Status.READ.value]),
+        )
+        .order_by(MessageEvent.id.desc())
+        .limit(1)
+    ).first()

@@ -1,0 +1,1 @@
+"""Background work: RQ jobs (the doorbell) and the database-driven sweeper."""

@@ -1,0 +1,111 @@
+"""Shared fixtures: real PostgreSQL and Redis, the clock passed in.
+
+- `db`: a rolled-back transaction per test (SQLAlchemy's savepoint recipe); the app's
+  own units of work become savepoints inside it.
+- `committed_db`: real commits, tables truncated before and after, for tests that span
+  connections, threads or processes.
+- `redis_url`: a Redis database of its own, flushed around each test.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from flask import Flask
+from hypothesis import settings
+from redis import Redis
+from sqlalchemy import text
+
+from app import create_app, migrate
+from app.db import Database, build_engine
+from app.models import Base
+
+# Hypothesis's default per-example deadline is a wall-clock assertion: off on shared machines.
+settings.register_profile("ratchet", deadline=None, max_examples=60)
+settings.load_profile("ratchet")
+
+PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg://127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+SECRET_KEY = "test-secret-key-not-for-production"
+
+T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """The test database, emptied and migrated once per run."""
+    engine = build_engine(PG_URL)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        connection.execute(text("CREATE SCHEMA public"))
+    migrate.upgrade(engine)
+    engine.dispose()
+    return PG_URL
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    client = Redis.from_url(REDIS_URL)
+    client.flushdb()
+    yield REDIS_URL
+    client.flushdb()
+    client.close()
+
+
+def make_app(pg_url: str, redis_url: str, **overrides: object) -> Flask:
+    values = {"database_url": pg_url, "redis_url": redis_url, "secret_key": SECRET_KEY}
+    values.update(overrides)
+    app = create_app(values)
+    app.config["TESTING"] = True
+    return app
+
+
+@pytest.fixture
+def app(pg_url: str, redis_url: str) -> Iterator[Flask]:
+    app = make_app(pg_url, redis_url)
+    with app.app_context():
+        yield app
+    app.extensions["ratchet.db"].dispose()
+    app.extensions["ratchet.redis"].close()
+
+
+@pytest.fixture
+def db(app: Flask) -> Iterator[Database]:
+    database: Database = app.extensions["ratchet.db"]
+    connection = database.engine.connect()
+    outer = connection.begin()
+    database.bind_to(connection)
+    yield database
+    outer.rollback()
+    connection.close()
+
+
+def truncate_all(database: Database) -> None:
+    names = ", ".join(table.name for table in Base.metadata.sorted_tables)
+    with database.engine.begin() as connection:
+        connection.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+
+
+@pytest.fixture
+def committed_db(app: Flask) -> Iterator[Database]:
+    database: Database = app.extensions["ratchet.db"]
+    truncate_all(database)
+    yield database
+    truncate_all(database)
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def unused_port() -> int:
+    return free_port()

@@ -1,0 +1,97 @@
+"""`make run` serves /healthz on SQLite with the embedded server, and Ctrl-C stops every
+process it started. Runs the real command, as a person would at a terminal."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .conftest import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: set[int] = set()
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_make_run_serves_healthz_and_ctrl_c_stops_everything_it_started(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(RATCHET_PORT=str(port), RATCHET_INSTANCE=str(tmp_path / "instance"))
+    log = (tmp_path / "make-run.log").open("w")
+    make = subprocess.Popen(
+        ["make", "--no-print-directory", "run"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, like a terminal's foreground job
+    )
+    started: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        body = None
+        while time.monotonic() < deadline and make.poll() is None:
+            started |= descendants(make.pid)
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                body = response.json()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        started |= descendants(make.pid)
+        output = (tmp_path / "make-run.log").read_text()
+        assert body == {"status": "ok"}, output
+        assert f"http://127.0.0.1:{port}/" in output
+        assert "embedded Redis-compatible server" in output
+        assert (tmp_path / "instance" / "ratchet.db").exists()
+        assert any(
+            "valkey-server" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")
+            for p in started
+            if is_alive(p)
+        ), "no embedded server among the processes"
+
+        os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C does
+        make.wait(timeout=60)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(is_alive(p) for p in started):
+            time.sleep(0.2)
+        assert [p for p in started if is_alive(p)] == []
+    finally:
+        if make.poll() is None:
+            os.killpg(make.pid, signal.SIGKILL)
+            make.wait()
+        log.close()

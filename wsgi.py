@@ -1,0 +1,5 @@
+"""The WSGI entry point: `flask --app wsgi ...` and `gunicorn wsgi:app`."""
+
+from app import create_app
+
+app = create_app()
