@@ -1,15 +1,39 @@
-"""The operations CLI: `flask --app wsgi ...`. A stable interface; each command says what it did."""
+"""The operations CLI: `flask --app wsgi ...`. A stable interface; each command says what it did.
+
+Commands that create something print its key or id on their last line, for scripts.
+"""
 
 from __future__ import annotations
+
+import getpass
+import secrets
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from flask import Flask
 from flask.cli import AppGroup
+from sqlalchemy.exc import IntegrityError
 
 from app import migrate
+from app.clock import utcnow
+from app.crypto import get_box
 from app.db import get_db
+from app.repo import identities, staff, tenants
 
 db_cli = AppGroup("db", help="The database schema.")
+tenant_cli = AppGroup("tenant", help="Tenants and their API keys.")
+F = TypeVar("F", bound=Callable[..., Any])
+
+identity_cli = AppGroup("identity", help="Sending identities (a number or a Page).")
+staff_cli = AppGroup("staff", help="Support staff who log in to the dashboard.")
+
+
+def os_user() -> str:
+    try:
+        return getpass.getuser()
+    except OSError:
+        return "unknown"
 
 
 @db_cli.command("upgrade")
@@ -25,5 +49,208 @@ def db_upgrade() -> None:
         click.echo(f"schema upgraded from {before or 'empty'} to {after} ({where})")
 
 
+@tenant_cli.command("create")
+@click.argument("name")
+def tenant_create(name: str) -> None:
+    """Create a tenant; its API key is printed once, on the last line, and stored hashed."""
+    try:
+        with get_db().transaction() as session:
+            tenant, key = tenants.create_tenant(session, name, utcnow())
+    except IntegrityError as exc:
+        raise click.ClickException(f"a tenant named {name!r} already exists") from exc
+    click.echo(f"created tenant {tenant.name!r} (id {tenant.id}); its API key, shown only once:")
+    click.echo(key)
+
+
+def _rate(name: str) -> Callable[[F], F]:
+    return click.option(
+        f"--{name}-rate",
+        type=click.FloatRange(min=0, min_open=True),
+        help=f"{name} messages per second",
+    )
+
+
+@identity_cli.command("create")
+@click.option("--tenant", "tenant_name", required=True, help="the tenant's name")
+@click.option("--provider", required=True, type=click.Choice(identities.PROVIDERS))
+@click.option(
+    "--account-id",
+    required=True,
+    help="phone number id, Page id, Instagram account id, or Twilio Account SID",
+)
+@click.option("--base-url", required=True, help="the provider's API base (or the sandbox's)")
+@click.option("--token", required=True, help="access token, or Twilio Auth Token")
+@click.option("--app-secret", help="the Meta app secret (webhook signatures)")
+@click.option("--verify-token", help="the token Meta's webhook handshake must present")
+@click.option("--from", "sender", help="Twilio sender, e.g. whatsapp:+15551234567")
+@_rate("reply")
+@_rate("campaign")
+@_rate("total")
+def identity_create(
+    tenant_name: str,
+    provider: str,
+    account_id: str,
+    base_url: str,
+    token: str,
+    app_secret: str | None,
+    verify_token: str | None,
+    sender: str | None,
+    reply_rate: float | None,
+    campaign_rate: float | None,
+    total_rate: float | None,
+) -> None:
+    """Create a sending identity; its id is printed on the last line."""
+    if provider in ("whatsapp", "messenger", "instagram") and not app_secret:
+        raise click.UsageError(f"--app-secret is required for {provider} (webhook signatures)")
+    if provider == "twilio" and not sender:
+        raise click.UsageError("--from is required for twilio (e.g. whatsapp:+15551234567)")
+    try:
+        with get_db().transaction() as session:
+            tenant = tenants.get_tenant_by_name(session, tenant_name)
+            if tenant is None:
+                raise click.ClickException(f"no tenant named {tenant_name!r}")
+            identity = identities.create_identity(
+                session,
+                get_box(),
+                tenant_id=tenant.id,
+                provider=provider,
+                account_id=account_id,
+                base_url=base_url,
+                token=token,
+                app_secret=app_secret,
+                verify_token=verify_token,
+                sender=sender,
+                reply_rate=reply_rate,
+                campaign_rate=campaign_rate,
+                total_rate=total_rate,
+                now=utcnow(),
+            )
+    except IntegrityError as exc:
+        raise click.ClickException(
+            f"a {provider} identity with account id {account_id!r} already exists"
+        ) from exc
+    click.echo(
+        f"created {provider} identity for tenant {tenant_name!r}, account {account_id}, "
+        f"sending through {identity.base_url}; its id:"
+    )
+    click.echo(str(identity.id))
+
+
+@identity_cli.command("update")
+@click.argument("identity_id", type=int)
+@click.option("--token")
+@click.option("--app-secret")
+@click.option("--base-url")
+@click.option("--verify-token")
+@_rate("reply")
+@_rate("campaign")
+@_rate("total")
+def identity_update(
+    identity_id: int,
+    token: str | None,
+    app_secret: str | None,
+    base_url: str | None,
+    verify_token: str | None,
+    reply_rate: float | None,
+    campaign_rate: float | None,
+    total_rate: float | None,
+) -> None:
+    """Replace an identity's token, secret, base URL or rates."""
+    with get_db().transaction() as session:
+        if identities.get_identity(session, identity_id) is None:
+            raise click.ClickException(f"no identity with id {identity_id}")
+        changed = identities.update_identity(
+            session,
+            get_box(),
+            identity_id,
+            token=token,
+            app_secret=app_secret,
+            base_url=base_url,
+            verify_token=verify_token,
+            reply_rate=reply_rate,
+            campaign_rate=campaign_rate,
+            total_rate=total_rate,
+        )
+        if changed:
+            staff.record_audit(
+                session,
+                os_user(),
+                "identity.update",
+                f"identity:{identity_id}",
+                utcnow(),
+                {"changed": changed},
+            )
+    if not changed:
+        raise click.UsageError("nothing to change: give at least one option")
+    click.echo(f"updated identity {identity_id}: {', '.join(changed)}")
+
+
+@identity_cli.command("pause")
+@click.argument("identity_id", type=int)
+@click.option("--reason", required=True, help="why, for the people who will resume it")
+def identity_pause(identity_id: int, reason: str) -> None:
+    """Stop sending from an identity; its messages wait, none is failed."""
+    with get_db().transaction() as session:
+        if identities.get_identity(session, identity_id) is None:
+            raise click.ClickException(f"no identity with id {identity_id}")
+        paused = identities.pause_identity(session, identity_id, reason, utcnow())
+        if paused:
+            staff.record_audit(
+                session,
+                os_user(),
+                "identity.pause",
+                f"identity:{identity_id}",
+                utcnow(),
+                {"reason": reason},
+            )
+    if paused:
+        click.echo(f"paused identity {identity_id}: {reason}")
+    else:
+        click.echo(f"identity {identity_id} was already paused; nothing changed")
+
+
+@identity_cli.command("resume")
+@click.argument("identity_id", type=int)
+def identity_resume(identity_id: int) -> None:
+    """Resume a paused identity."""
+    with get_db().transaction() as session:
+        if identities.get_identity(session, identity_id) is None:
+            raise click.ClickException(f"no identity with id {identity_id}")
+        resumed = identities.resume_identity(session, identity_id)
+        if resumed:
+            staff.record_audit(
+                session, os_user(), "identity.resume", f"identity:{identity_id}", utcnow()
+            )
+    if resumed:
+        click.echo(f"resumed identity {identity_id}")
+    else:
+        click.echo(f"identity {identity_id} was not paused; nothing changed")
+
+
+@staff_cli.command("create")
+@click.argument("email")
+@click.option("--role", required=True, type=click.Choice(staff.ROLES))
+@click.option("--tenant", "tenant_name", help="the tenant; without it, platform staff")
+@click.option("--password", help="without it, one is generated")
+def staff_create(email: str, role: str, tenant_name: str | None, password: str | None) -> None:
+    """Create a staff login; the password is printed on the last line."""
+    password = password or secrets.token_urlsafe(12)
+    try:
+        with get_db().transaction() as session:
+            tenant_id = None
+            if tenant_name is not None:
+                tenant = tenants.get_tenant_by_name(session, tenant_name)
+                if tenant is None:
+                    raise click.ClickException(f"no tenant named {tenant_name!r}")
+                tenant_id = tenant.id
+            member = staff.create_staff(session, email, role, password, utcnow(), tenant_id)
+    except IntegrityError as exc:
+        raise click.ClickException(f"staff {email!r} already exists") from exc
+    scope = f"tenant {tenant_name!r}" if tenant_name else "platform staff"
+    click.echo(f"created {member.role} {member.email} ({scope}); password:")
+    click.echo(password)
+
+
 def init_app(app: Flask) -> None:
-    app.cli.add_command(db_cli)
+    for group in (db_cli, tenant_cli, identity_cli, staff_cli):
+        app.cli.add_command(group)

@@ -1,0 +1,54 @@
+"""Support staff (the dashboard's users) and the audit log of operator actions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.crypto import hash_password
+from app.models import AuditEntry, Staff
+
+ROLES = ("viewer", "operator", "admin")
+
+
+def create_staff(
+    session: Session,
+    email: str,
+    role: str,
+    password: str,
+    now: datetime,
+    tenant_id: int | None = None,
+) -> Staff:
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+    staff = Staff(
+        email=email.strip().lower(),
+        role=role,
+        tenant_id=tenant_id,
+        password_hash=hash_password(password),
+        created_at=now,
+    )
+    session.add(staff)
+    session.flush()
+    return staff
+
+
+def get_staff_by_email(session: Session, email: str) -> Staff | None:
+    return session.scalars(select(Staff).where(Staff.email == email.strip().lower())).one_or_none()
+
+
+def record_audit(
+    session: Session,
+    actor: str,
+    action: str,
+    target: str,
+    now: datetime,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    session.add(
+        AuditEntry(actor=actor, action=action, target=target, detail=detail, created_at=now)
+    )
+    session.flush()

@@ -1,0 +1,114 @@
+"""The send request of `POST /v1/messages`: validation, normalisation and its fingerprint.
+
+Pure: what the caller sent in, what we store out. The fingerprint covers only the
+caller's normalised input (never values Ratchet derives), so a retry whose `to` differs
+only by a leading `+` is the same request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+MAX_KEY_LENGTH = 255
+E164_DIGITS = re.compile(r"^[1-9][0-9]{6,14}$")
+PAGE_SCOPED_ID = re.compile(r"^[0-9A-Za-z_-]{1,100}$")
+PHONE_PROVIDERS = ("whatsapp", "twilio")
+
+
+class RequestError(ValueError):
+    """Bad input; `field` names what was wrong."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class Template(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=512)
+    language: str = Field(min_length=1, max_length=20)
+    components: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class SendRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    identity_id: int = Field(gt=0)
+    to: str = Field(min_length=1, max_length=100)
+    text: str | None = Field(default=None, min_length=1, max_length=4096)
+    template: Template | None = None
+    lane: Literal["reply", "campaign"] | None = None
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=MAX_KEY_LENGTH)
+
+    @field_validator("identity_id", mode="before")
+    @classmethod
+    def _no_bool_or_text_ids(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("must be a whole number")
+        return value
+
+
+def parse_send_request(payload: Any, header_key: str | None) -> SendRequest:
+    """Validate the body and merge the `Idempotency-Key` header into it."""
+    if not isinstance(payload, dict):
+        raise RequestError("the body must be a JSON object")
+    try:
+        request = SendRequest.model_validate(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or None
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            message = "is not a field of this request"
+        raise RequestError(f"{field}: {message}" if field else message, field) from exc
+    if header_key is not None:
+        if not header_key or len(header_key) > MAX_KEY_LENGTH:
+            raise RequestError(
+                f"the Idempotency-Key header must be 1 to {MAX_KEY_LENGTH} characters",
+                "idempotency_key",
+            )
+        if request.idempotency_key is not None and request.idempotency_key != header_key:
+            raise RequestError(
+                "the Idempotency-Key header and the body's idempotency_key differ; send one",
+                "idempotency_key",
+            )
+        request = request.model_copy(update={"idempotency_key": header_key})
+    if (request.text is None) == (request.template is None):
+        raise RequestError("give exactly one of text and template", "text")
+    return request
+
+
+def normalise_recipient(provider: str, to: str) -> str:
+    """E.164 digits (a leading `+` and spacing dropped) for phone providers; else a user id."""
+    if provider in PHONE_PROVIDERS:
+        digits = re.sub(r"[\s().-]", "", to)
+        digits = digits.removeprefix("+")
+        if not E164_DIGITS.match(digits):
+            raise RequestError(
+                f"to: {to!r} is not a phone number in E.164 form (7 to 15 digits, `+` optional)",
+                "to",
+            )
+        return digits
+    if not PAGE_SCOPED_ID.match(to):
+        raise RequestError(f"to: {to!r} is not a Messenger or Instagram user id", "to")
+    return to
+
+
+def fingerprint(request: SendRequest, recipient: str) -> str:
+    """A hash of the normalised caller input; `lane` only if the caller gave it."""
+    material: dict[str, Any] = {"identity_id": request.identity_id, "to": recipient}
+    if request.text is not None:
+        material["text"] = request.text
+    else:
+        assert request.template is not None
+        material["template"] = request.template.model_dump()
+    if request.lane is not None:
+        material["lane"] = request.lane
+    canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()

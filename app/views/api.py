@@ -1,0 +1,172 @@
+"""The send API, for the tenants' own systems: `POST /v1/messages`, `GET /v1/messages/<id>`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from typing import Any
+
+from flask import Blueprint, Response, current_app, g, jsonify, request
+from flask.typing import ResponseReturnValue
+
+from app.clock import utcnow
+from app.config import Config
+from app.db import get_db
+from app.lifecycle import TIMESTAMP_FIELD
+from app.models import Message
+from app.repo.identities import get_identity
+from app.repo.messages import (
+    NewMessage,
+    create_message,
+    get_tenant_message,
+    mark_unrung,
+)
+from app.repo.tenants import authenticate
+from app.repo.windows import is_window_open
+from app.sendrequest import RequestError, fingerprint, normalise_recipient, parse_send_request
+from app.views.errors import json_error
+from app.views.openapi import document as openapi_document
+from jobs.queues import ring
+from jobs.send import send_message
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("api", __name__, url_prefix="/v1")
+
+
+@bp.before_request
+def require_api_key() -> Response | None:
+    if request.endpoint == "api.openapi":
+        return None
+    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key:
+        return json_error(401, "send your API key as `Authorization: Bearer <key>`")
+    with get_db().transaction() as session:
+        tenant = authenticate(session, key.strip())
+    if tenant is None:
+        return json_error(401, "that API key is not valid")
+    g.tenant_id = tenant.id
+    return None
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    timestamps = {
+        status.value: _iso(getattr(message, column))
+        for status, column in TIMESTAMP_FIELD.items()
+        if getattr(message, column) is not None
+    }
+    return {
+        "id": message.id,
+        "status": message.status,
+        "lane": message.lane,
+        "identity_id": message.identity_id,
+        "to": message.recipient,
+        "idempotency_key": message.idempotency_key,
+        "provider_message_id": message.provider_message_id,
+        "attempts": message.attempt,
+        "cycle": message.cycle,
+        "last_error": message.last_error,
+        "failure_class": message.failure_class,
+        "timestamps": timestamps,
+        "created_at": _iso(message.created_at),
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def _read_json() -> Any:
+    config: Config = current_app.config["RATCHET"]
+    request.max_content_length = config.max_api_body  # 413 before the body is read whole
+    if request.mimetype != "application/json":
+        raise RequestError("send the body as JSON with `Content-Type: application/json`")
+    raw = request.get_data(cache=True)
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RequestError(f"the body is not valid JSON: {exc}") from exc
+
+
+@bp.post("/messages")
+def create() -> ResponseReturnValue:
+    try:
+        payload = _read_json()
+    except RequestError as exc:
+        status = 415 if "Content-Type" in str(exc) else 400
+        return json_error(status, str(exc))
+    try:
+        send = parse_send_request(payload, request.headers.get("Idempotency-Key"))
+    except RequestError as exc:
+        return json_error(400, str(exc), field=exc.field)
+
+    now = utcnow()
+    db = get_db()
+    with db.transaction() as session:
+        identity = get_identity(session, send.identity_id)
+        if identity is None or identity.tenant_id != g.tenant_id:
+            return json_error(
+                422,
+                f"identity_id {send.identity_id} is not one of your identities",
+                field="identity_id",
+            )
+        try:
+            recipient = normalise_recipient(identity.provider, send.to)
+        except RequestError as exc:
+            return json_error(400, str(exc), field=exc.field)
+        lane = send.lane or _default_lane(session, identity.id, recipient, send.text, now)
+        request_fingerprint = fingerprint(send, recipient)
+        message, created = create_message(
+            session,
+            NewMessage(
+                tenant_id=g.tenant_id,
+                identity_id=identity.id,
+                recipient=recipient,
+                lane=lane,
+                fingerprint=request_fingerprint,
+                body_text=send.text,
+                template=send.template.model_dump() if send.template else None,
+                idempotency_key=send.idempotency_key,
+            ),
+            now,
+        )
+    if not created:
+        if message.fingerprint != request_fingerprint:
+            return json_error(
+                422,
+                "this idempotency key was already used for a different request",
+                existing_id=message.id,
+            )
+        return jsonify(message_json(message)), 200
+
+    # Committed first, rung after: if Redis is down the sweeper rings it later.
+    if not ring(send_message, message.lane, message.id):
+        with db.transaction() as session:
+            mark_unrung(session, message.id)
+    response = jsonify(message_json(message))
+    response.headers["Location"] = f"/v1/messages/{message.id}"
+    return response, 201
+
+
+def _default_lane(
+    session: Any, identity_id: int, recipient: str, text: str | None, now: datetime
+) -> str:
+    """`reply` only for free-form text inside an open 24-hour window; else `campaign`."""
+    if text is not None and is_window_open(session, identity_id, recipient, now):
+        return "reply"
+    return "campaign"
+
+
+@bp.get("/messages/<int:message_id>")
+def show(message_id: int) -> ResponseReturnValue:
+    with get_db().transaction() as session:
+        message = get_tenant_message(session, g.tenant_id, message_id)
+    if message is None:
+        return json_error(404, f"message {message_id} not found")
+    return jsonify(message_json(message))
+
+
+@bp.get("/openapi.json")
+def openapi() -> ResponseReturnValue:
+    return jsonify(openapi_document())

@@ -1,0 +1,215 @@
+"""The API's OpenAPI 3.1 document, served at `/v1/openapi.json`.
+
+Request schemas come from the pydantic models that validate requests, so the document
+cannot drift from what the API accepts. Every route of the app is here, except those in
+`INTERNAL` (documented in the README).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.sendrequest import SendRequest
+
+# Routes deliberately left out of the document.
+INTERNAL = {"/static/<path:filename>"}
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ERROR}}}
+
+
+def _message_schema() -> dict[str, Any]:
+    timestamp = {"type": "string", "format": "date-time"}
+    return {
+        "type": "object",
+        "required": ["id", "status", "lane", "identity_id", "to", "attempts", "timestamps"],
+        "properties": {
+            "id": {"type": "integer"},
+            "status": {
+                "type": "string",
+                "enum": ["queued", "sending", "sent", "delivered", "read", "failed"],
+            },
+            "lane": {"type": "string", "enum": ["reply", "campaign"]},
+            "identity_id": {"type": "integer"},
+            "to": {"type": "string", "description": "E.164 digits, or a Page-scoped user id"},
+            "idempotency_key": {"type": ["string", "null"]},
+            "provider_message_id": {"type": ["string", "null"]},
+            "attempts": {"type": "integer", "description": "provider calls in this cycle"},
+            "cycle": {"type": "integer", "description": "1, plus one per operator requeue"},
+            "failure_class": {"type": ["string", "null"]},
+            "last_error": {
+                "type": ["object", "null"],
+                "description": "the provider's last error, verbatim: provider, http_status, "
+                "code, subcode, title, message, details, trace_id, raw",
+            },
+            "timestamps": {
+                "type": "object",
+                "description": "when each state was reached in this cycle",
+                "properties": {
+                    name: timestamp
+                    for name in ("queued", "sending", "sent", "delivered", "read", "failed")
+                },
+            },
+            "created_at": timestamp,
+        },
+    }
+
+
+def document() -> dict[str, Any]:
+    send_schema = SendRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    definitions = send_schema.pop("$defs", {})
+    message_ref = {"$ref": "#/components/schemas/Message"}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Ratchet send API",
+            "version": "1",
+            "description": (
+                "Send WhatsApp, Messenger and Instagram messages exactly once. Give every "
+                "send an idempotency key (the `Idempotency-Key` header or `idempotency_key` "
+                "in the body): a retry with the same key and body returns the existing "
+                "message (200) instead of sending again. **A send without a key is not "
+                "deduplicated: if your client retries it after a timeout, the recipient may "
+                "get the message twice.**"
+            ),
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"apiKey": []}],
+        "paths": {
+            "/v1/messages": {
+                "post": {
+                    "summary": "Send a message",
+                    "operationId": "createMessage",
+                    "parameters": [
+                        {
+                            "name": "Idempotency-Key",
+                            "in": "header",
+                            "required": False,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                            "description": "The same as `idempotency_key` in the body; if "
+                            "both are given they must be equal.",
+                        }
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": send_schema}},
+                    },
+                    "responses": {
+                        "201": {
+                            "description": "Accepted and queued.",
+                            "headers": {
+                                "Location": {"schema": {"type": "string"}},
+                            },
+                            "content": {"application/json": {"schema": message_ref}},
+                        },
+                        "200": {
+                            "description": "A retry: the message this key already created, "
+                            "in whatever state it is now.",
+                            "content": {"application/json": {"schema": message_ref}},
+                        },
+                        "400": _error(
+                            "Malformed JSON, a missing or invalid field, an "
+                            "invalid recipient, neither or both of text and "
+                            "template, or two different idempotency keys."
+                        ),
+                        "401": _error("No API key, or not a valid one."),
+                        "413": _error("The body is larger than 64 KiB."),
+                        "415": _error("The body is not `application/json`."),
+                        "422": {
+                            "description": "The identity is not one of yours, or the key was "
+                            "already used for a different request (`existing_id` names the "
+                            "message it created).",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/ConflictError"}
+                                }
+                            },
+                        },
+                    },
+                }
+            },
+            "/v1/messages/{message_id}": {
+                "get": {
+                    "summary": "A message and its state",
+                    "operationId": "getMessage",
+                    "parameters": [
+                        {
+                            "name": "message_id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "integer"},
+                        }
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "The message.",
+                            "content": {"application/json": {"schema": message_ref}},
+                        },
+                        "401": _error("No API key, or not a valid one."),
+                        "404": _error("No such message among yours."),
+                    },
+                }
+            },
+            "/v1/openapi.json": {
+                "get": {
+                    "summary": "This document",
+                    "operationId": "getOpenApi",
+                    "security": [],
+                    "responses": {"200": {"description": "The OpenAPI document."}},
+                }
+            },
+            "/healthz": {
+                "get": {
+                    "summary": "Liveness (internal): the process is up",
+                    "operationId": "healthz",
+                    "security": [],
+                    "responses": {"200": {"description": "Up."}},
+                }
+            },
+            "/readyz": {
+                "get": {
+                    "summary": "Readiness (internal): the database and Redis answer",
+                    "operationId": "readyz",
+                    "security": [],
+                    "responses": {
+                        "200": {"description": "Ready."},
+                        "503": {"description": "The database or Redis does not answer."},
+                    },
+                }
+            },
+        },
+        "components": {
+            "securitySchemes": {
+                "apiKey": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "Your tenant API key, from `flask --app wsgi tenant create`.",
+                }
+            },
+            "schemas": {
+                **definitions,
+                "SendRequest": send_schema,
+                "Message": _message_schema(),
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {
+                        "error": {"type": "string", "description": "what was wrong"},
+                        "field": {"type": ["string", "null"]},
+                    },
+                },
+                "ConflictError": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {
+                        "error": {"type": "string"},
+                        "existing_id": {"type": "integer"},
+                        "field": {"type": ["string", "null"]},
+                    },
+                },
+            },
+        },
+    }

@@ -1,0 +1,253 @@
+"""The operations CLI, through Flask's CLI runner: each command does and says what it did."""
+
+from __future__ import annotations
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskCliRunner
+
+from app.crypto import SecretBox, check_password
+from app.db import Database
+from app.models import AuditEntry, Identity, Staff
+from app.repo.tenants import authenticate
+
+from .conftest import SECRET_KEY
+
+
+@pytest.fixture
+def cli(app: Flask, db: Database) -> FlaskCliRunner:
+    return app.test_cli_runner()
+
+
+def run(cli: FlaskCliRunner, *args: str, ok: bool = True):
+    result = cli.invoke(args=list(args))
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def last_line(output: str) -> str:
+    return output.strip().splitlines()[-1]
+
+
+def test_db_upgrade_says_the_schema_is_current(cli: FlaskCliRunner) -> None:
+    assert "schema already at revision" in run(cli, "db", "upgrade").output
+
+
+def test_tenant_create_prints_a_working_api_key_on_its_last_line(
+    cli: FlaskCliRunner, db: Database
+) -> None:
+    result = run(cli, "tenant", "create", "acme")
+    key = last_line(result.output)
+    assert "created tenant 'acme'" in result.output
+    with db.transaction() as session:
+        tenant = authenticate(session, key)
+        assert tenant is not None and tenant.name == "acme"
+    duplicate = run(cli, "tenant", "create", "acme", ok=False)
+    assert duplicate.exit_code != 0 and "already exists" in duplicate.output
+
+
+PROVIDER_ARGS = {
+    "whatsapp": [
+        "--account-id",
+        "106540352242922",
+        "--base-url",
+        "https://graph.facebook.com/v21.0/",
+        "--app-secret",
+        "s3cret",
+        "--verify-token",
+        "vt",
+    ],
+    "messenger": [
+        "--account-id",
+        "PAGE1",
+        "--base-url",
+        "https://graph.facebook.com/v21.0",
+        "--app-secret",
+        "s3cret",
+        "--verify-token",
+        "vt",
+    ],
+    "instagram": [
+        "--account-id",
+        "IG1",
+        "--base-url",
+        "https://graph.facebook.com/v21.0",
+        "--app-secret",
+        "s3cret",
+    ],
+    "twilio": [
+        "--account-id",
+        "AC123",
+        "--base-url",
+        "https://api.twilio.com",
+        "--from",
+        "whatsapp:+15550001111",
+    ],
+}
+
+
+@pytest.mark.parametrize("provider", PROVIDER_ARGS)
+def test_identity_create_stores_every_providers_options_with_secrets_encrypted(
+    cli: FlaskCliRunner, db: Database, provider: str
+) -> None:
+    run(cli, "tenant", "create", "acme")
+    result = run(
+        cli,
+        "identity",
+        "create",
+        "--tenant",
+        "acme",
+        "--provider",
+        provider,
+        "--token",
+        "tok-123456789",
+        "--reply-rate",
+        "5",
+        "--campaign-rate",
+        "2",
+        "--total-rate",
+        "40",
+        *PROVIDER_ARGS[provider],
+    )
+    identity_id = int(last_line(result.output))
+    assert "tok-123456789" not in result.output
+    with db.transaction() as session:
+        identity = session.get(Identity, identity_id)
+        assert identity is not None
+        assert identity.provider == provider and not identity.base_url.endswith("/")
+        assert (identity.reply_rate, identity.campaign_rate, identity.total_rate) == (5, 2, 40)
+        assert "tok-123456789" not in identity.token_encrypted
+        assert SecretBox(SECRET_KEY).decrypt(identity.token_encrypted) == "tok-123456789"
+        if provider == "twilio":
+            assert identity.sender == "whatsapp:+15550001111"
+        else:
+            assert SecretBox(SECRET_KEY).decrypt(identity.app_secret_encrypted or "") == "s3cret"
+
+
+def test_identity_create_refuses_a_duplicate_account_and_an_unknown_tenant(
+    cli: FlaskCliRunner,
+) -> None:
+    run(cli, "tenant", "create", "acme")
+    args = [
+        "identity",
+        "create",
+        "--tenant",
+        "acme",
+        "--provider",
+        "whatsapp",
+        "--token",
+        "t",
+        *PROVIDER_ARGS["whatsapp"],
+    ]
+    run(cli, *args)
+    again = run(cli, *args, ok=False)
+    assert again.exit_code != 0 and "already exists" in again.output
+    args[3] = "nobody"
+    unknown = run(cli, *args, ok=False)
+    assert unknown.exit_code != 0 and "no tenant named 'nobody'" in unknown.output
+
+
+def test_identity_create_requires_the_meta_app_secret(cli: FlaskCliRunner) -> None:
+    run(cli, "tenant", "create", "acme")
+    result = run(
+        cli,
+        "identity",
+        "create",
+        "--tenant",
+        "acme",
+        "--provider",
+        "whatsapp",
+        "--token",
+        "t",
+        "--account-id",
+        "1",
+        "--base-url",
+        "http://x",
+        ok=False,
+    )
+    assert result.exit_code != 0 and "--app-secret" in result.output
+
+
+def make_identity(cli: FlaskCliRunner) -> int:
+    run(cli, "tenant", "create", "acme")
+    result = run(
+        cli,
+        "identity",
+        "create",
+        "--tenant",
+        "acme",
+        "--provider",
+        "whatsapp",
+        "--token",
+        "old-token",
+        *PROVIDER_ARGS["whatsapp"],
+    )
+    return int(last_line(result.output))
+
+
+def test_identity_update_replaces_the_token_and_says_what_changed(
+    cli: FlaskCliRunner, db: Database
+) -> None:
+    identity_id = make_identity(cli)
+    result = run(
+        cli, "identity", "update", str(identity_id), "--token", "new-token", "--total-rate", "20"
+    )
+    assert "token" in result.output and "total rate" in result.output
+    assert "new-token" not in result.output
+    with db.transaction() as session:
+        identity = session.get(Identity, identity_id)
+        assert identity is not None
+        assert SecretBox(SECRET_KEY).decrypt(identity.token_encrypted) == "new-token"
+        assert identity.total_rate == 20
+    nothing = run(cli, "identity", "update", str(identity_id), ok=False)
+    assert nothing.exit_code != 0 and "nothing to change" in nothing.output
+    missing = run(cli, "identity", "update", "999999", "--token", "x", ok=False)
+    assert missing.exit_code != 0 and "no identity" in missing.output
+
+
+def test_identity_pause_and_resume_say_what_they_did_and_are_audited(
+    cli: FlaskCliRunner, db: Database
+) -> None:
+    identity_id = make_identity(cli)
+    assert (
+        "paused identity"
+        in run(cli, "identity", "pause", str(identity_id), "--reason", "token rotated").output
+    )
+    assert (
+        "already paused"
+        in run(cli, "identity", "pause", str(identity_id), "--reason", "again").output
+    )
+    with db.transaction() as session:
+        identity = session.get(Identity, identity_id)
+        assert identity is not None and identity.paused_reason == "token rotated"
+    assert "resumed identity" in run(cli, "identity", "resume", str(identity_id)).output
+    assert "was not paused" in run(cli, "identity", "resume", str(identity_id)).output
+    with db.transaction() as session:
+        actions = [a.action for a in session.query(AuditEntry).order_by(AuditEntry.id)]
+    assert actions == ["identity.pause", "identity.resume"]
+
+
+def test_staff_create_prints_a_password_that_works(cli: FlaskCliRunner, db: Database) -> None:
+    run(cli, "tenant", "create", "acme")
+    result = run(
+        cli, "staff", "create", "Ana@Example.com", "--role", "operator", "--tenant", "acme"
+    )
+    password = last_line(result.output)
+    platform = run(
+        cli,
+        "staff",
+        "create",
+        "root@example.com",
+        "--role",
+        "admin",
+        "--password",
+        "chosen-password",
+    )
+    assert "platform staff" in platform.output and last_line(platform.output) == "chosen-password"
+    with db.transaction() as session:
+        ana = session.query(Staff).filter_by(email="ana@example.com").one()
+        assert ana.tenant_id is not None and ana.role == "operator"
+        assert password not in ana.password_hash and check_password(password, ana.password_hash)
+    bad = run(cli, "staff", "create", "x@example.com", "--role", "god", ok=False)
+    assert bad.exit_code != 0
