@@ -251,6 +251,17 @@ def staff_create(email: str, role: str, tenant_name: str | None, password: str |
     click.echo(password)
 
 
+@click.command("sandbox")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=0, type=int, help="0 picks a free port (printed)")
+def sandbox_command(host: str, port: int) -> None:
+    """Run the sandbox provider (the outside world for tests and the demo) until SIGTERM."""
+    from app.sandbox.server import serve
+
+    serve(host=host, port=port)
+
+
 def init_app(app: Flask) -> None:
     for group in (db_cli, tenant_cli, identity_cli, staff_cli):
         app.cli.add_command(group)
+    app.cli.add_command(sandbox_command)
