@@ -1,0 +1,275 @@
+"""Provider error codes as data: what each means, its failure class, what a person should do.
+
+The one place DESIGN section 7's table lives. Source of the codes: PROVIDERS.md 1.4 (WhatsApp)
+and section 3 (Twilio). The mapping from that table's labels:
+
+- T (transient) -> `unknown`, except rate limits (4, 80007, 130429) -> `rate_limited` and the
+  pair limit 131056 -> `pair_limited`;
+- P (permanent) -> `permanent`, except template problems 132000-132016 -> `needs_human`;
+- A and A/slow (account or configuration) -> `sender_broken`.
+
+The code decides; the HTTP status decides only when the provider gave no code. A code that
+is not here is `needs_human`: we do not guess about what we have not read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .base import FailureClass
+
+UNKNOWN = FailureClass.UNKNOWN
+RATE_LIMITED = FailureClass.RATE_LIMITED
+PAIR_LIMITED = FailureClass.PAIR_LIMITED
+PERMANENT = FailureClass.PERMANENT
+NEEDS_HUMAN = FailureClass.NEEDS_HUMAN
+SENDER_BROKEN = FailureClass.SENDER_BROKEN
+EXHAUSTED = FailureClass.EXHAUSTED
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    failure_class: FailureClass
+    meaning: str  # one line, our words
+    action: str  # what a person should do about it
+
+
+def _c(failure_class: FailureClass, meaning: str, action: str) -> Classification:
+    return Classification(failure_class, meaning, action)
+
+
+_RETRY = "Nothing: Ratchet retries with backoff. Escalate to Meta if it persists."
+_SLOW = "Nothing for this message: Ratchet retries later. If frequent, lower the identity's rate."
+_FIX_TOKEN = "Replace the identity's token (`identity update`), then `identity resume`."
+_FIX_ACCOUNT = "Fix the account in Meta Business Manager, then `identity resume`."
+_FIX_REQUEST = "Fix the request (recipient, parameters or type); requeue only once it is fixed."
+_FIX_TEMPLATE = "Fix or replace the template in WhatsApp Manager, then requeue."
+
+_PERMISSION = _c(
+    SENDER_BROKEN,
+    "API permission problem (Graph API permission codes 200-299).",
+    "Grant the app the missing permission for this WhatsApp account, then `identity resume`.",
+)
+
+_TEMPLATE_RANGE = _c(
+    NEEDS_HUMAN,
+    "Template problem (a code of the 132000-132016 template range).",
+    _FIX_TEMPLATE,
+)
+
+WHATSAPP: dict[int, Classification] = {
+    # A: the sending identity is unusable until a person fixes it.
+    0: _c(SENDER_BROKEN, "Authentication failed: token expired or revoked.", _FIX_TOKEN),
+    3: _c(
+        SENDER_BROKEN,
+        "The app lacks a capability or permission for this call.",
+        "Check the app's capabilities and permissions in Meta, then `identity resume`.",
+    ),
+    10: _c(
+        SENDER_BROKEN,
+        "A permission was not granted or was removed.",
+        "Re-grant the permission to the app, then `identity resume`.",
+    ),
+    190: _c(SENDER_BROKEN, "Access token expired or invalid.", _FIX_TOKEN),
+    **dict.fromkeys(range(200, 300), _PERMISSION),
+    131031: _c(SENDER_BROKEN, "The business account is locked.", _FIX_ACCOUNT),
+    131042: _c(
+        SENDER_BROKEN,
+        "Business eligibility or payment problem.",
+        "Fix the payment method or eligibility in Business Manager, then `identity resume`.",
+    ),
+    368: _c(SENDER_BROKEN, "Temporarily blocked for policy violations.", _FIX_ACCOUNT),
+    133010: _c(
+        SENDER_BROKEN,
+        "The phone number is not registered with the Cloud API.",
+        "Register the number (POST /{phone_number_id}/register), then `identity resume`.",
+    ),
+    131048: _c(
+        SENDER_BROKEN,
+        "Spam rate limit: earlier messages were blocked or reported.",
+        "Check the number's quality rating and content before resuming; not a fast retry.",
+    ),
+    # T, rate limits: retry later, counted against the rate cap.
+    4: _c(RATE_LIMITED, "App-level Graph API call-rate limit reached.", _SLOW),
+    80007: _c(RATE_LIMITED, "Business-account (WABA) rate limit reached.", _SLOW),
+    130429: _c(RATE_LIMITED, "Cloud API throughput for this number exceeded.", _SLOW),
+    131056: _c(
+        PAIR_LIMITED,
+        "Too many messages to this same recipient in a short time.",
+        "Nothing: Ratchet waits before sending to this recipient again.",
+    ),
+    # T, the provider is having trouble: the outcome is not known.
+    131000: _c(UNKNOWN, "Unknown failure on Meta's side ('something went wrong').", _RETRY),
+    131016: _c(UNKNOWN, "Service temporarily unavailable.", _RETRY),
+    1: _c(UNKNOWN, "Unknown API error.", _RETRY),
+    2: _c(UNKNOWN, "Temporary downtime or overload.", _RETRY),
+    133016: _c(
+        UNKNOWN,
+        "Too many register/deregister attempts for the number.",
+        "Wait before registering again; Ratchet retries slowly.",
+    ),
+    # P: this message will not go as it is.
+    131049: _c(
+        PERMANENT,
+        "Meta chose not to deliver (per-user marketing limit).",
+        "Do not resend now; a new send after 24 hours or more may work.",
+    ),
+    131050: _c(
+        PERMANENT,
+        "The user opted out of marketing messages from this business.",
+        "Do not resend marketing to this user.",
+    ),
+    131047: _c(
+        PERMANENT,
+        "More than 24 hours since the user last wrote: free-form text is not allowed.",
+        "Send an approved template instead, or wait for the user to write.",
+    ),
+    131026: _c(
+        PERMANENT,
+        "Undeliverable: not on WhatsApp, terms not accepted, or app too old.",
+        "Check the number with the customer; do not retry as it is.",
+    ),
+    100: _c(PERMANENT, "Invalid parameter.", _FIX_REQUEST),
+    131008: _c(PERMANENT, "A required parameter is missing.", _FIX_REQUEST),
+    131009: _c(PERMANENT, "A parameter value is invalid.", _FIX_REQUEST),
+    131051: _c(PERMANENT, "Unsupported message type.", _FIX_REQUEST),
+    131021: _c(PERMANENT, "Sender and recipient are the same number.", _FIX_REQUEST),
+    130472: _c(
+        PERMANENT,
+        "The user is part of a Meta experiment; the message was not sent.",
+        "Nothing to fix; a later message may go through.",
+    ),
+    # PROVIDERS.md gives these two no T/P/A letter. "Fix the media, then maybe retry" is P's
+    # "do not retry as it is": permanent (131052 concerns a customer's inbound media).
+    131052: _c(
+        PERMANENT,
+        "Could not download media the user sent.",
+        "Ask the user to send the media again.",
+    ),
+    131053: _c(
+        PERMANENT, "Could not upload the media of this message.", "Fix the media, then requeue."
+    ),
+    # P, but a template problem: a person must fix the template, so first in the dead letters.
+    # Codes of the range PROVIDERS.md does not list still name a template problem (DESIGN 7).
+    **dict.fromkeys(range(132000, 132017), _TEMPLATE_RANGE),
+    132000: _c(NEEDS_HUMAN, "Template parameter count does not match.", _FIX_TEMPLATE),
+    132001: _c(NEEDS_HUMAN, "Template name or language not found.", _FIX_TEMPLATE),
+    132005: _c(NEEDS_HUMAN, "Translated template text is too long.", _FIX_TEMPLATE),
+    132007: _c(NEEDS_HUMAN, "Template violates the format-character policy.", _FIX_TEMPLATE),
+    132012: _c(
+        NEEDS_HUMAN,
+        "Template parameter format mismatch (e.g. header media missing).",
+        _FIX_TEMPLATE,
+    ),
+    132015: _c(
+        NEEDS_HUMAN,
+        "Template paused for low quality (3 h, then 6 h, then disabled).",
+        "Wait for the pause to end or switch to another template, then requeue.",
+    ),
+    132016: _c(
+        NEEDS_HUMAN,
+        "Template permanently disabled.",
+        "Create a new template and send with it; requeueing as it is will fail.",
+    ),
+}
+
+TWILIO: dict[int, Classification] = {
+    20429: _c(
+        RATE_LIMITED,
+        "Too many concurrent requests; Twilio did not process this one.",
+        _SLOW,
+    ),
+    63016: _c(
+        PERMANENT,
+        "Outside the 24-hour window: free-form text is not allowed.",
+        "Send an approved template instead, or wait for the user to write.",
+    ),
+    63018: _c(RATE_LIMITED, "Channel rate limit reached.", _SLOW),
+}
+
+CODES: dict[str, dict[int, Classification]] = {"whatsapp": WHATSAPP, "twilio": TWILIO}
+
+
+class UnknownProviderCodesError(KeyError):
+    """No code table for that provider name: a typo must not make every code `needs_human`."""
+
+
+def _table(provider: str) -> dict[int, Classification]:
+    try:
+        return CODES[provider]
+    except KeyError:
+        raise UnknownProviderCodesError(f"no error-code table for provider {provider!r}") from None
+
+
+def describe(provider: str, code: int | None) -> Classification | None:
+    """What a code means and what to do about it; None for no code or a code we do not know."""
+    if code is None:
+        return None
+    return _table(provider).get(code)
+
+
+def classify(provider: str, http_status: int | None, code: int | None) -> FailureClass:
+    """The failure class of an answer. The provider's code decides; the HTTP status only
+    when there is no code (Meta: branch on the code, not on the HTTP status)."""
+    table = _table(provider)
+    if code is not None:
+        known = table.get(code)
+        return known.failure_class if known else NEEDS_HUMAN
+    return classify_http(http_status)
+
+
+def classify_http(http_status: int | None) -> FailureClass:
+    """The class of an answer that carries no provider code."""
+    if http_status is None:
+        # No answer at all (timeout, reset): the provider may hold the message.
+        return UNKNOWN
+    if http_status >= 500:
+        return UNKNOWN
+    if http_status == 429:
+        return RATE_LIMITED
+    if http_status in (401, 403):
+        return SENDER_BROKEN
+    if 200 <= http_status < 300:
+        # A success without what a success carries (no message id): it may have been accepted.
+        return UNKNOWN
+    return NEEDS_HUMAN
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterGroup:
+    """A group of dead letters in the order a person should look at them."""
+
+    name: str
+    failure_class: FailureClass
+    # provider -> codes; None: any code (or none) of that class.
+    codes: Mapping[str, frozenset[int]] | None = None
+
+    def matches(self, provider: str, failure_class: FailureClass, code: int | None) -> bool:
+        if failure_class is not self.failure_class:
+            return False
+        if self.codes is None:
+            return True
+        return code is not None and code in self.codes.get(provider, frozenset())
+
+
+# The ones a person can act on first (DESIGN 7): exhausted, template rejected, window
+# closed, unknown code. First match wins; everything else comes after, in `rank` order.
+ACTIONABLE_ORDER: tuple[DeadLetterGroup, ...] = (
+    DeadLetterGroup("exhausted", EXHAUSTED),
+    DeadLetterGroup("template", NEEDS_HUMAN, {"whatsapp": frozenset(range(132000, 132017))}),
+    DeadLetterGroup(
+        "window_closed",
+        PERMANENT,
+        {"whatsapp": frozenset({131047}), "twilio": frozenset({63016})},
+    ),
+    DeadLetterGroup("unknown_code", NEEDS_HUMAN),
+)
+
+
+def dead_letter_rank(provider: str, failure_class: FailureClass, code: int | None) -> int:
+    """Sort key for the dead-letter list: lower comes first."""
+    for position, group in enumerate(ACTIONABLE_ORDER):
+        if group.matches(provider, failure_class, code):
+            return position
+    return len(ACTIONABLE_ORDER)

@@ -1,0 +1,312 @@
+"""The one place outbound HTTP goes through: a shared client and a TOTAL deadline.
+
+httpx's timeouts are per phase and per socket operation: a server that trickles one byte
+every second never trips a 10 s read timeout. A send has to end by its deadline (the worker's
+lease is computed from it), so every socket operation here is bounded by the time left until
+the deadline: connect, TLS, each write and each read. The body is streamed and the deadline
+checked between chunks too.
+
+Transport failures come out as `TransportError` subclasses that say whether the request may
+have reached the provider (`request_sent`). Headers are never logged: they carry the token.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import ssl
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpcore
+import httpx
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "ratchet/0.1"
+# Provider answers are small JSON; a body beyond this is not an answer we can use, and
+# reading it would only hold memory. The text is truncated, the status kept.
+MAX_ANSWER_BYTES = 1024 * 1024
+# A socket timeout of 0 would switch the socket to non-blocking mode (an error of another
+# kind); the smallest wait we ask for once the deadline has nearly passed.
+_MIN_WAIT = 0.001
+
+
+class TransportError(Exception):
+    """No HTTP answer. `request_sent` is False only when the request provably never left."""
+
+    request_sent: bool = True
+
+    def __init__(self, description: str, *, request_sent: bool | None = None) -> None:
+        super().__init__(description)
+        self.description = description
+        if request_sent is not None:
+            self.request_sent = request_sent
+
+
+class DeadlineExceededError(TransportError):
+    """The total deadline passed before a full answer: the provider may hold the message."""
+
+
+class ConnectionLostError(TransportError):
+    """The connection broke mid-request (reset, closed early): the outcome is unknown."""
+
+
+class ConnectFailedError(TransportError):
+    """No connection could be made (refused, unreachable, DNS, TLS handshake, connect timeout).
+
+    We chose `request_sent = False`: httpcore writes the first request byte only on an
+    established (and, for https, handshaken) connection and retries nothing (`retries=0`),
+    so a failure to connect proves the provider never saw this request. The failure class
+    stays `unknown` (the retry path is the same), but the outcome is known: nothing for a
+    webhook to answer, and no reason to hold a requeue to the old provider key. A connect
+    that runs out of time lands here too, not in `DeadlineExceededError`, for that reason.
+    """
+
+    request_sent = False
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAnswer:
+    status: int
+    headers: dict[str, str]  # names lowercased; repeated headers joined with ", "
+    text: str
+    truncated: bool = False
+
+
+# The deadline (time.monotonic()) of the request running on this thread, read by the
+# network streams below at every socket operation.
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "ratchet_http_deadline", default=None
+)
+
+
+def _bounded(timeout: float | None, timeout_error: type[Exception]) -> float | None:
+    deadline = _deadline.get()
+    if deadline is None:
+        return timeout
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise timeout_error("total deadline passed")
+    remaining = max(remaining, _MIN_WAIT)
+    return remaining if timeout is None else min(timeout, remaining)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _bounded(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _bounded(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        bounded = _bounded(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, bounded))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's own sync backend, with every operation cut short at the deadline.
+    (Name resolution inside connect is not interruptible: the OS resolver has no timeout.)"""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        bounded = _bounded(timeout, httpcore.ConnectTimeout)
+        stream = self._inner.connect_tcp(host, port, bounded, local_address, socket_options)
+        return _DeadlineStream(stream)
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        bounded = _bounded(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.connect_unix_socket(path, bounded, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+class _DeadlineTransport(httpx.HTTPTransport):
+    """httpx's transport on our network backend. httpx does not take a backend argument, so
+    the pool it builds is replaced by an identical one (httpx is pinned in pyproject.toml;
+    tests/providers/test_http.py fails if this stops bounding the total time)."""
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        super().__init__(limits=limits, trust_env=False, retries=0)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=_DeadlineBackend(),
+        )
+
+
+_client: httpx.Client | None = None
+_client_lock = threading.Lock()
+
+
+def get_client() -> httpx.Client:
+    """The shared client, created on first use (never at import)."""
+    global _client
+    client = _client
+    if client is not None:
+        return client
+    with _client_lock:
+        if _client is None:
+            limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+            # No proxies from the environment and no redirects: a provider call goes
+            # exactly where the identity's base URL says, or fails.
+            _client = httpx.Client(
+                transport=_DeadlineTransport(limits),
+                follow_redirects=False,
+                trust_env=False,
+                headers={"User-Agent": USER_AGENT},
+            )
+        return _client
+
+
+def close_client() -> None:
+    """Close the shared client and its connections; the next call makes a new one."""
+    global _client
+    with _client_lock:
+        client, _client = _client, None
+    if client is not None:
+        client.close()
+
+
+def post_json(url: str, json: Any, headers: Mapping[str, str], deadline: float) -> HttpAnswer:
+    """POST `json`, and return the answer, whatever its status, by `deadline`.
+
+    `deadline` is a `time.monotonic()` instant, not a duration: the caller's budget covers
+    everything (connect, send, wait, read the whole body).
+    """
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise DeadlineExceededError(
+            "deadline passed before the request started", request_sent=False
+        )
+    token = _deadline.set(deadline)
+    started = time.monotonic()
+    try:
+        answer = _post(get_client(), url, json, headers, deadline, remaining)
+    finally:
+        _deadline.reset(token)
+    # The URL names the account, never the token; headers are never logged.
+    log.debug("POST %s -> %s in %.3fs", url, answer.status, time.monotonic() - started)
+    return answer
+
+
+def _post(
+    client: httpx.Client,
+    url: str,
+    body: Any,
+    headers: Mapping[str, str],
+    deadline: float,
+    remaining: float,
+) -> HttpAnswer:
+    try:
+        with client.stream(
+            "POST", url, json=body, headers=dict(headers), timeout=httpx.Timeout(remaining)
+        ) as response:
+            chunks: list[bytes] = []
+            size = 0
+            truncated = False
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    truncated = True
+                    break
+                if time.monotonic() >= deadline:
+                    raise DeadlineExceededError(f"total deadline passed reading the body of {url}")
+            content = b"".join(chunks)[:MAX_ANSWER_BYTES]
+            return HttpAnswer(
+                status=response.status_code,
+                headers={name.lower(): value for name, value in response.headers.items()},
+                text=_decode(content, response.charset_encoding),
+                truncated=truncated,
+            )
+    except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        raise ConnectFailedError(f"could not connect to {url} in time: {_describe(exc)}") from exc
+    except httpx.TimeoutException as exc:
+        raise DeadlineExceededError(f"deadline passed talking to {url}: {_describe(exc)}") from exc
+    except (httpx.ConnectError, httpx.ProxyError, httpx.UnsupportedProtocol) as exc:
+        raise ConnectFailedError(f"could not connect to {url}: {_describe(exc)}") from exc
+    except httpx.InvalidURL as exc:
+        raise ConnectFailedError(f"invalid URL {url!r}: {exc}") from exc
+    except httpx.TransportError as exc:
+        # Reset, closed early, protocol error mid-answer: anything may have reached the
+        # provider. A drop that lands just after the deadline is the deadline's doing.
+        if time.monotonic() >= deadline:
+            raise DeadlineExceededError(
+                f"deadline passed talking to {url}: {_describe(exc)}"
+            ) from exc
+        raise ConnectionLostError(f"connection to {url} lost: {_describe(exc)}") from exc
+
+
+def _describe(exc: BaseException) -> str:
+    """The transport's own words (kept as the error's `raw`), e.g. "ConnectError: [Errno
+    111] Connection refused"; some exceptions carry them only on their cause."""
+    underlying = exc.__cause__ or exc.__context__
+    detail = str(exc) or (str(underlying) if underlying is not None else "")
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+def _decode(content: bytes, charset: str | None) -> str:
+    try:
+        return content.decode(charset or "utf-8", errors="replace")
+    except LookupError:
+        return content.decode("utf-8", errors="replace")
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), or None."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        return None
+    return max(0.0, seconds)

@@ -1,0 +1,359 @@
+"""WhatsApp Business Cloud API: the send call, its answers, and the status webhook.
+
+Facts from PROVIDERS.md section 1. Translates and talks HTTP (through `http.py`); knows
+nothing of the database or the queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from . import classification
+from .base import (
+    Credentials,
+    FailureClass,
+    InboundMessage,
+    OutboundMessage,
+    ProviderError,
+    ReportedError,
+    SendResult,
+    StatusUpdate,
+    WebhookBatch,
+    WebhookFormatError,
+)
+from .http import HttpAnswer, TransportError, parse_retry_after, post_json
+
+NAME = "whatsapp"
+OBJECT = "whatsapp_business_account"
+SIGNATURE_HEADER = "x-hub-signature-256"
+SIGNATURE_PREFIX = "sha256="
+MAX_CALLBACK_DATA = 512  # biz_opaque_callback_data
+
+# Titles are embedded in the message as "(#130429) Rate limit hit" (PROVIDERS.md 1.1).
+_TITLE_IN_MESSAGE = re.compile(r"^\(#\d+\)\s*(.+)$", re.DOTALL)
+
+
+class WhatsAppProvider:
+    name = NAME
+
+    # 1. Sending
+
+    def send(
+        self, credentials: Credentials, message: OutboundMessage, *, timeout: float
+    ) -> SendResult:
+        deadline = time.monotonic() + timeout
+        url = f"{credentials.base_url.rstrip('/')}/{credentials.account_id}/messages"
+        headers = {
+            "Authorization": f"Bearer {credentials.token}",
+            "Idempotency-Key": message.provider_key,
+            "Accept": "application/json",
+        }
+        try:
+            answer = post_json(url, build_body(message), headers, deadline)
+        except TransportError as exc:
+            return self._no_answer(exc)
+        return self._read_answer(answer)
+
+    def _no_answer(self, exc: TransportError) -> SendResult:
+        error = ProviderError(provider=NAME, title=type(exc).__name__, raw=exc.description)
+        # No answer: the class is `unknown` either way; the outcome is known only when the
+        # request provably never left (see ConnectFailedError).
+        return SendResult(
+            failure=FailureClass.UNKNOWN, error=error, outcome_known=not exc.request_sent
+        )
+
+    def _read_answer(self, answer: HttpAnswer) -> SendResult:
+        document = _json_or_none(answer.text)
+        if 200 <= answer.status < 300:
+            message_id = _message_id(document)
+            if message_id is not None and not answer.truncated:
+                return SendResult(
+                    provider_message_id=message_id,
+                    http_status=answer.status,
+                    response_body=answer.text,
+                )
+        error = parse_error(answer.status, answer.text, document)
+        failure = self.classify(answer.status, error.code)
+        return SendResult(
+            failure=failure,
+            error=error,
+            retry_after=parse_retry_after(answer.headers.get("retry-after")),
+            http_status=answer.status,
+            response_body=answer.text,
+            # An answer that rejects the message is a known outcome; `unknown` means the
+            # provider may still hold it (a 5xx, "something went wrong", a 2xx without id).
+            outcome_known=failure is not FailureClass.UNKNOWN,
+        )
+
+    def classify(self, http_status: int | None, code: int | None) -> FailureClass:
+        return classification.classify(NAME, http_status, code)
+
+    # 2. Webhooks
+
+    def routing_ids(self, payload: dict[str, Any]) -> list[str]:
+        found: dict[str, None] = {}
+        for _, _, value in _changes(payload):
+            routing_id = _routing_id(value)
+            if routing_id is not None:
+                found.setdefault(routing_id)
+        return list(found)
+
+    def verify_signature(self, raw_body: bytes, headers: Mapping[str, str], secret: str) -> bool:
+        if not secret:
+            return False
+        received = _header(headers, SIGNATURE_HEADER)
+        if received is None or not received.startswith(SIGNATURE_PREFIX):
+            return False
+        expected = hmac.new(secret.encode(), raw_body, hashlib.sha256).hexdigest()
+        # Bytes on both sides: compare_digest refuses non-ASCII str, and a forged header
+        # may hold anything.
+        given = received[len(SIGNATURE_PREFIX) :].strip().lower().encode("utf-8", "replace")
+        return hmac.compare_digest(expected.encode("ascii"), given)
+
+    def parse_webhook(self, payload: dict[str, Any]) -> WebhookBatch:
+        batch = WebhookBatch()
+        for path, field, value in _changes(payload):
+            routing_id = _routing_id(value)
+            for i, error in enumerate(_list(value, "errors", path)):
+                raw = _object(error, f"{path}.errors[{i}]")
+                batch.errors.append(ReportedError(routing_id, _webhook_error(raw), raw))
+            if field not in (None, "messages"):
+                continue  # other subscriptions (templates, account updates) carry no statuses
+            statuses = _list(value, "statuses", path)
+            inbound = _list(value, "messages", path)
+            if not (statuses or inbound):
+                continue
+            if routing_id is None:
+                # A status we cannot attribute to an identity cannot be applied safely.
+                raise WebhookFormatError(f"{path}.metadata.phone_number_id missing")
+            for i, item in enumerate(statuses):
+                batch.statuses.append(_status(routing_id, item, f"{path}.statuses[{i}]"))
+            for i, item in enumerate(inbound):
+                batch.inbound.append(_inbound(routing_id, item, f"{path}.messages[{i}]"))
+        return batch
+
+
+def build_body(message: OutboundMessage) -> dict[str, Any]:
+    """The JSON of `POST /{phone_number_id}/messages` (PROVIDERS.md 1.1)."""
+    if len(message.correlation_id) > MAX_CALLBACK_DATA:
+        # Our own id (message id and cycle), never user input: a bug to fail loudly on.
+        raise ValueError(f"correlation id longer than {MAX_CALLBACK_DATA} characters")
+    body: dict[str, Any] = {
+        "messaging_product": "whatsapp",
+        "recipient_type": "individual",
+        "to": message.recipient,
+        "biz_opaque_callback_data": message.correlation_id,
+    }
+    if message.template is not None:
+        body["type"] = "template"
+        body["template"] = _template(message.template)
+    else:
+        body["type"] = "text"
+        body["text"] = {"body": message.body_text, "preview_url": False}
+    return body
+
+
+def _template(template: Mapping[str, Any]) -> dict[str, Any]:
+    language = template.get("language")
+    out: dict[str, Any] = {
+        "name": template["name"],
+        # Callers give "en_US"; the API wants {"code": "en_US"} (and may take a policy).
+        "language": dict(language) if isinstance(language, Mapping) else {"code": language},
+    }
+    if template.get("components"):
+        out["components"] = template["components"]
+    return out
+
+
+def parse_error(http_status: int | None, text: str, document: Any) -> ProviderError:
+    """The Graph error object, verbatim: `{"error": {"message", "type", "code",
+    "error_subcode", "error_data": {"details"}, "fbtrace_id"}}`; whatever else the body is,
+    it is kept in `raw`."""
+    error = document.get("error") if isinstance(document, dict) else None
+    if not isinstance(error, dict):
+        return ProviderError(provider=NAME, http_status=http_status, raw=text)
+    message = _str(error.get("message"))
+    return ProviderError(
+        provider=NAME,
+        http_status=http_status,
+        code=_int(error.get("code")),
+        subcode=_int(error.get("error_subcode")),
+        title=_title(error, message),
+        message=message,
+        details=_details(error.get("error_data")),
+        trace_id=_str(error.get("fbtrace_id")),
+        raw=text,
+    )
+
+
+def _title(error: Mapping[str, Any], message: str | None) -> str | None:
+    for key in ("error_user_title", "title"):
+        if error.get(key):
+            return _str(error[key])
+    if message is not None:
+        match = _TITLE_IN_MESSAGE.match(message)
+        if match:
+            return match.group(1).strip()
+    return None
+
+
+def _details(error_data: Any) -> str | None:
+    if isinstance(error_data, dict):
+        return _str(error_data.get("details"))
+    return _str(error_data)
+
+
+def _message_id(document: Any) -> str | None:
+    if not isinstance(document, dict):
+        return None
+    messages = document.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[0], dict):
+        message_id = messages[0].get("id")
+        if isinstance(message_id, str) and message_id:
+            return message_id
+    return None
+
+
+def _webhook_error(raw: Mapping[str, Any]) -> ProviderError:
+    message = _str(raw.get("message"))
+    return ProviderError(
+        provider=NAME,
+        code=_int(raw.get("code")),
+        subcode=_int(raw.get("error_subcode")),
+        title=_title(raw, message),
+        message=message,
+        details=_details(raw.get("error_data")),
+        trace_id=_str(raw.get("fbtrace_id")),
+        # The webhook's bytes are stored whole with the delivery; this is the one error.
+        raw=json.dumps(raw, ensure_ascii=False, separators=(",", ":")),
+    )
+
+
+def _status(routing_id: str, item: Any, path: str) -> StatusUpdate:
+    raw = _object(item, path)
+    return StatusUpdate(
+        routing_id=routing_id,
+        provider_message_id=_required_str(raw, "id", path),
+        status=_required_str(raw, "status", path),
+        provider_time=_time(raw, path),
+        recipient=_str(raw.get("recipient_id")),
+        correlation_id=_str(raw.get("biz_opaque_callback_data")),
+        errors=[
+            _webhook_error(_object(e, f"{path}.errors[{i}]"))
+            for i, e in enumerate(_list(raw, "errors", path))
+        ],
+        raw=raw,
+    )
+
+
+def _inbound(routing_id: str, item: Any, path: str) -> InboundMessage:
+    raw = _object(item, path)
+    return InboundMessage(
+        routing_id=routing_id,
+        sender=_required_str(raw, "from", path),
+        provider_message_id=_required_str(raw, "id", path),
+        provider_time=_time(raw, path),
+        raw=raw,
+        errors=[
+            _webhook_error(_object(e, f"{path}.errors[{i}]"))
+            for i, e in enumerate(_list(raw, "errors", path))
+        ],
+    )
+
+
+def _changes(payload: Any) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """(path, field, value) of every change, after checking the envelope."""
+    if not isinstance(payload, dict) or payload.get("object") != OBJECT:
+        raise WebhookFormatError(f"not a WhatsApp webhook: 'object' is not {OBJECT!r}")
+    entries = payload.get("entry")
+    if not isinstance(entries, list):
+        raise WebhookFormatError("not a WhatsApp webhook: 'entry' is not a list")
+    found = []
+    for e, entry in enumerate(entries):
+        entry = _object(entry, f"entry[{e}]")
+        for c, change in enumerate(_list(entry, "changes", f"entry[{e}]")):
+            path = f"entry[{e}].changes[{c}]"
+            change = _object(change, path)
+            value = change.get("value")
+            if value is None:
+                continue
+            found.append((f"{path}.value", _str(change.get("field")), _object(value, path)))
+    return found
+
+
+def _routing_id(value: Mapping[str, Any]) -> str | None:
+    metadata = value.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    return _str(metadata.get("phone_number_id"))
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    # Any mapping will do (a plain dict in any case, or the framework's headers).
+    direct = headers.get(name)
+    if direct is not None:
+        return direct
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return None
+
+
+def _object(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise WebhookFormatError(f"{path} is not an object")
+    return value
+
+
+def _list(container: Mapping[str, Any], key: str, path: str) -> list[Any]:
+    value = container.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise WebhookFormatError(f"{path}.{key} is not a list")
+    return value
+
+
+def _required_str(raw: Mapping[str, Any], key: str, path: str) -> str:
+    value = _str(raw.get(key))
+    if not value:
+        raise WebhookFormatError(f"{path}.{key} missing")
+    return value
+
+
+def _time(raw: Mapping[str, Any], path: str) -> datetime:
+    """Meta's `timestamp`: unix seconds, sent as a string."""
+    value = raw.get("timestamp")
+    try:
+        return datetime.fromtimestamp(int(str(value)), UTC)
+    except (TypeError, ValueError, OverflowError, OSError) as exc:
+        raise WebhookFormatError(f"{path}.timestamp is not unix seconds: {value!r}") from exc
+
+
+def _str(value: Any) -> str | None:
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    return str(value)
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

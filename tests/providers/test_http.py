@@ -1,0 +1,213 @@
+"""The one outbound HTTP place: a shared client, a total deadline, typed transport errors."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from app.providers import http
+from app.providers.base import Credentials, OutboundMessage
+from app.providers.http import (
+    ConnectFailedError,
+    ConnectionLostError,
+    DeadlineExceededError,
+    close_client,
+    get_client,
+    parse_retry_after,
+    post_json,
+)
+from app.providers.whatsapp import WhatsAppProvider
+
+from ..conftest import free_port
+from .conftest import TOKEN, Answer, ScriptedServer
+
+BODY = b'{"messaging_product":"whatsapp","messages":[{"id":"wamid.X"}]}'
+
+
+def url(server: ScriptedServer) -> str:
+    return f"{server.base_url}/123/messages"
+
+
+def within(seconds: float) -> float:
+    return time.monotonic() + seconds
+
+
+def test_it_returns_any_answer_with_status_lowercased_headers_and_text(
+    provider_server: ScriptedServer,
+) -> None:
+    provider_server.answer(
+        Answer(
+            418, "caf\u00e9", headers={"X-Thing": "1", "Content-Type": "text/plain; charset=utf-8"}
+        )
+    )
+
+    answer = post_json(url(provider_server), {"a": 1}, {"X-Test": "yes"}, within(2))
+
+    assert answer.status == 418
+    assert answer.headers["x-thing"] == "1"
+    assert answer.text == "caf\u00e9"
+    assert not answer.truncated
+    [request] = provider_server.requests
+    assert request.json() == {"a": 1}
+    assert request.headers["x-test"] == "yes"
+    assert request.headers["user-agent"].startswith("ratchet/")
+
+
+def test_the_client_is_reused_and_keeps_its_connection(provider_server: ScriptedServer) -> None:
+    provider_server.answer(Answer(200, BODY), Answer(200, BODY))
+
+    client = get_client()
+    post_json(url(provider_server), {}, {}, within(2))
+    post_json(url(provider_server), {}, {}, within(2))
+
+    assert get_client() is client
+    first, second = provider_server.requests
+    assert first.client_port == second.client_port
+
+
+def test_the_client_is_created_once_under_concurrent_first_use() -> None:
+    seen: list[object] = []
+    barrier = threading.Barrier(8)
+
+    def first_use() -> None:
+        barrier.wait()
+        seen.append(get_client())
+
+    threads = [threading.Thread(target=first_use) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert len({id(client) for client in seen}) == 1
+
+
+def test_closing_the_client_makes_the_next_call_build_a_new_one() -> None:
+    client = get_client()
+    close_client()
+    assert client.is_closed
+    assert get_client() is not client
+
+
+def test_a_slow_answer_exceeds_the_deadline_after_the_request_was_sent(
+    provider_server: ScriptedServer,
+) -> None:
+    provider_server.answer(Answer(200, BODY, delay=1.5))
+
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceededError) as caught:
+        post_json(url(provider_server), {}, {}, within(0.3))
+
+    assert time.monotonic() - started < 0.7
+    assert caught.value.request_sent is True
+    assert len(provider_server.requests) == 1
+
+
+@pytest.mark.parametrize("trickle_headers", [False, True], ids=["body", "status line and headers"])
+def test_an_answer_trickled_byte_by_byte_is_cut_at_the_total_deadline(
+    provider_server: ScriptedServer, trickle_headers: bool
+) -> None:
+    # Each byte arrives long before any per-read timeout: plain httpx would wait it out
+    # (about 4 s here), however short its timeout.
+    provider_server.answer(Answer(200, BODY, trickle=0.03, trickle_headers=trickle_headers))
+
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceededError):
+        post_json(url(provider_server), {}, {}, within(0.4))
+
+    assert time.monotonic() - started < 0.8
+
+
+def test_a_deadline_already_passed_sends_nothing(provider_server: ScriptedServer) -> None:
+    with pytest.raises(DeadlineExceededError) as caught:
+        post_json(url(provider_server), {}, {}, time.monotonic() - 1)
+
+    assert caught.value.request_sent is False
+    assert provider_server.requests == []
+
+
+def test_a_reset_is_a_lost_connection_that_may_have_reached_the_provider(
+    provider_server: ScriptedServer,
+) -> None:
+    provider_server.answer(Answer(reset=True))
+
+    with pytest.raises(ConnectionLostError) as caught:
+        post_json(url(provider_server), {}, {}, within(2))
+
+    assert caught.value.request_sent is True
+
+
+def test_a_refused_connection_fails_to_connect_and_provably_sent_nothing() -> None:
+    with pytest.raises(ConnectFailedError) as caught:
+        post_json(f"http://127.0.0.1:{free_port()}/v21.0/1/messages", {}, {}, within(2))
+
+    assert caught.value.request_sent is False
+    assert "127.0.0.1" in caught.value.description
+
+
+def test_an_unusable_url_fails_to_connect() -> None:
+    with pytest.raises(ConnectFailedError):
+        post_json("ftp://example.invalid/v21.0/1/messages", {}, {}, within(2))
+
+
+def test_an_oversized_answer_is_truncated_not_held_whole(provider_server: ScriptedServer) -> None:
+    provider_server.answer(Answer(500, b"x" * (http.MAX_ANSWER_BYTES + 4096)))
+
+    answer = post_json(url(provider_server), {}, {}, within(2))
+
+    assert answer.status == 500
+    assert answer.truncated
+    assert len(answer.text) == http.MAX_ANSWER_BYTES
+
+
+def test_the_token_is_never_logged_nor_shown(
+    provider_server: ScriptedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider_server.answer(Answer(200, BODY), Answer(reset=True))
+    credentials = provider_server.credentials()
+    caplog.set_level(logging.DEBUG)  # httpx and httpcore log every request at DEBUG
+    provider = WhatsAppProvider()
+    message = OutboundMessage(
+        recipient="16505551234", body_text="hi", provider_key="k", correlation_id="c"
+    )
+
+    accepted = provider.send(credentials, message, timeout=2)
+    lost = provider.send(credentials, message, timeout=2)
+
+    assert accepted.accepted and lost.failure is not None
+    assert caplog.records, "expected the HTTP stack to log at DEBUG"
+    assert TOKEN not in caplog.text
+    assert TOKEN not in repr(credentials) and "test-app-secret" not in repr(credentials)
+    assert TOKEN not in repr(lost)
+
+
+def test_credentials_hide_the_token_and_secret_from_repr() -> None:
+    credentials = Credentials(
+        account_id="1", base_url="https://graph.facebook.com/v21.0", token="s3cr3t", app_secret="sh"
+    )
+    assert "s3cr3t" not in repr(credentials)
+    assert "'sh'" not in repr(credentials)
+    assert "account_id='1'" in repr(credentials)
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (None, None),
+        ("17", 17.0),
+        ("1.5", 1.5),
+        ("-3", 0.0),
+        ("soon", None),
+        ("Wed, 30 Nov 2026 12:01:00 GMT", 60.0),
+        ("Wed, 30 Nov 2026 11:59:00 GMT", 0.0),
+    ],
+)
+def test_retry_after_is_read_as_seconds_or_an_http_date(
+    header: str | None, expected: float | None
+) -> None:
+    now = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+    assert parse_retry_after(header, now) == expected

@@ -1,0 +1,34 @@
+"""The explicit provider registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.providers import PROVIDERS, UnknownProviderError, get_provider
+from app.providers.base import Provider
+from app.providers.whatsapp import WhatsAppProvider
+
+
+def test_whatsapp_is_registered_under_its_own_name() -> None:
+    provider = get_provider("whatsapp")
+    assert isinstance(provider, WhatsAppProvider)
+    assert provider.name == "whatsapp"
+    assert list(PROVIDERS) == ["whatsapp"]
+    assert PROVIDERS["whatsapp"] is provider
+
+
+def test_every_registered_provider_is_keyed_by_its_name() -> None:
+    for name, provider in PROVIDERS.items():
+        assert provider.name == name
+
+
+def test_an_unknown_name_is_a_clear_key_error() -> None:
+    with pytest.raises(UnknownProviderError) as caught:
+        get_provider("telegram")
+    assert isinstance(caught.value, KeyError)
+    assert str(caught.value) == "unknown provider 'telegram' (known: whatsapp)"
+
+
+def test_the_whatsapp_module_satisfies_the_provider_interface() -> None:
+    provider: Provider = WhatsAppProvider()  # checked by mypy too
+    assert callable(provider.send) and callable(provider.parse_webhook)
