@@ -13,7 +13,7 @@ from app.config import Config
 def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Build the app; nothing connects, logs or registers before this is called."""
     from app import cli, crypto, db
-    from app.views import api, errors, health
+    from app.views import api, errors, health, webhooks
     from jobs import queues
 
     app = Flask(__name__, template_folder="../templates", static_folder="../static")
@@ -29,4 +29,5 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     errors.init_app(app)
     app.register_blueprint(health.bp)
     app.register_blueprint(api.bp)
+    app.register_blueprint(webhooks.bp)
     return app

@@ -81,10 +81,11 @@ def apply_status(
     state = _read_state(session, message_id)
     if state is None:
         return Transition(False, None, target, Refusal.NOT_ALLOWED)
+    # The event belongs to the cycle the caller fenced on (a stale status: its own cycle).
     event_id = append_event(
         session,
         message_id=message_id,
-        cycle=state[1],
+        cycle=cycle if cycle is not None else state[1],
         source=source.value,
         kind=kind or target.value,
         received_at=now,
@@ -112,7 +113,7 @@ def apply_status(
             if decision.fills_own_timestamp:
                 _fill_timestamp(session, message_id, current_cycle, stamp, when)
             result = Transition(False, current, target, decision.refusal)
-            _record(session, event_id, current_cycle, result)
+            _record(session, event_id, result)
             return result
 
         column = getattr(Message, stamp)
@@ -137,7 +138,7 @@ def apply_status(
         )
         if changed == 1:
             result = Transition(True, current, target)
-            _record(session, event_id, current_cycle, result)
+            _record(session, event_id, result)
             return result
         # Nothing updated: another writer moved it between our read and our write.
         state = _read_state(session, message_id)
@@ -158,12 +159,11 @@ def _fill_timestamp(
     )
 
 
-def _record(session: Session, event_id: int, cycle: int, result: Transition) -> None:
+def _record(session: Session, event_id: int, result: Transition) -> None:
     session.execute(
         update(MessageEvent)
         .where(MessageEvent.id == event_id)
         .values(
-            cycle=cycle,
             applied=result.applied,
             from_status=result.from_status.value if result.from_status else None,
             refusal=result.refusal.value if result.refusal else None,

@@ -161,6 +161,48 @@ def document() -> dict[str, Any]:
                     "responses": {"200": {"description": "The OpenAPI document."}},
                 }
             },
+            "/webhooks/whatsapp": {
+                "get": {
+                    "summary": "Meta's subscription handshake (for the provider)",
+                    "operationId": "whatsappHandshake",
+                    "security": [],
+                    "parameters": [
+                        {
+                            "name": name,
+                            "in": "query",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                        for name in ("hub.mode", "hub.verify_token", "hub.challenge")
+                    ],
+                    "responses": {
+                        "200": {"description": "The challenge, echoed as text/plain."},
+                        "403": {"description": "Not a subscription, or an unknown verify token."},
+                    },
+                },
+                "post": {
+                    "summary": "Status and inbound-message webhooks (for the provider)",
+                    "description": "Signed with `X-Hub-Signature-256` (HMAC-SHA256 of the raw "
+                    "body with the app secret of every identity the delivery names). Every "
+                    "correctly signed delivery is acknowledged, unknown ids and duplicates "
+                    "included.",
+                    "operationId": "whatsappWebhook",
+                    "security": [],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    "responses": {
+                        "200": {
+                            "description": "Stored; each status applied, parked or "
+                            "recorded as a duplicate (counts in `results`)."
+                        },
+                        "400": _error("Not JSON, or not a WhatsApp webhook."),
+                        "401": _error("An unknown identity, or the signature does not match."),
+                        "413": _error("The body is larger than 1 MiB."),
+                    },
+                },
+            },
             "/healthz": {
                 "get": {
                     "summary": "Liveness (internal): the process is up",

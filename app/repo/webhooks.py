@@ -1,0 +1,389 @@
+"""The webhook inbox and the reconciler: raw deliveries, their statuses, matching, parking.
+
+Lock order, everywhere: the message row first, then the status row. The worker that
+records a provider id holds the message row and then applies the parked statuses; a
+webhook that matches by correlation id takes the message row before claiming its status.
+So the two cannot deadlock, and with the sweeper retrying parked statuses, cannot miss.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from app.lifecycle import Source, Status
+from app.models import Attempt, Message, WebhookDelivery, WebhookStatus
+from app.repo.events import append_event
+from app.repo.messages import apply_status, parse_correlation_id
+from app.repo.sql import insert_ignoring_conflict, rows_changed
+
+log = logging.getLogger(__name__)
+
+# The provider's word for a status -> ours. Words absent here (Twilio's queued, accepted,
+# sending, scheduled; WhatsApp's deleted, played, ...) are recorded and change nothing.
+PROVIDER_WORDS: dict[str, Status] = {
+    "sent": Status.SENT,
+    "delivered": Status.DELIVERED,
+    "read": Status.READ,
+    "failed": Status.FAILED,
+    "undelivered": Status.FAILED,
+}
+
+
+class Result:
+    APPLIED = "applied"
+    REFUSED = "refused"
+    DUPLICATE = "duplicate"
+    PARKED = "parked"
+    STALE = "stale"  # the provider id belongs to an earlier cycle: recorded, not applied
+    IGNORED = "ignored"  # a provider status below `sent`, or one we do not track
+    EXPIRED = "expired"  # parked too long: no message ever matched
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingStatus:
+    identity_id: int
+    provider: str
+    provider_message_id: str
+    status: str
+    provider_time: datetime | None
+    correlation_id: str | None = None
+    errors: tuple[dict[str, Any], ...] = ()
+    failure_class: str | None = None
+    raw: dict[str, Any] | None = None
+
+    @property
+    def dedupe_key(self) -> str:
+        return f"{self.provider}:{self.provider_message_id}:{self.status}"
+
+
+def store_delivery(
+    session: Session,
+    provider: str,
+    identity_id: int | None,
+    headers: dict[str, str],
+    body: str,
+    now: datetime,
+) -> int:
+    delivery = WebhookDelivery(
+        provider=provider, identity_id=identity_id, headers=headers, body=body, received_at=now
+    )
+    session.add(delivery)
+    session.flush()
+    return delivery.id
+
+
+def store_statuses(
+    session: Session, delivery_id: int, statuses: list[IncomingStatus], now: datetime
+) -> tuple[list[int], int]:
+    """Insert each status once; returns the new rows' ids and how many were duplicates."""
+    new_ids: list[int] = []
+    duplicates = 0
+    for status in statuses:
+        status_id = insert_ignoring_conflict(
+            session,
+            WebhookStatus.__table__,
+            {
+                "delivery_id": delivery_id,
+                "provider": status.provider,
+                "identity_id": status.identity_id,
+                "dedupe_key": status.dedupe_key,
+                "provider_message_id": status.provider_message_id,
+                "correlation_id": status.correlation_id,
+                "status": status.status,
+                "provider_time": status.provider_time,
+                "received_at": now,
+                "payload": {
+                    "raw": status.raw,
+                    "errors": list(status.errors),
+                    "failure_class": status.failure_class,
+                },
+                "tries": 0,
+            },
+            ["dedupe_key"],
+        )
+        if status_id is None:
+            duplicates += 1
+        else:
+            new_ids.append(status_id)
+    return new_ids, duplicates
+
+
+@dataclass(frozen=True, slots=True)
+class _Match:
+    message_id: int
+    cycle: int
+
+
+def apply_webhook_status(session: Session, status_id: int, now: datetime) -> str:
+    """Match one stored status to its message and apply it; returns a `Result` word.
+
+    1. Match by provider id within the delivering identity, else by our correlation id
+       (adopting the provider id if none is recorded; two ids for one correlation id and
+       cycle are a double send), else by an earlier cycle's attempts (recorded, not
+       applied). Nothing matched: parked, for the worker or the sweeper to apply later.
+    2. Claim the status row (`applied_at IS NULL`), so two appliers cannot both apply it.
+    3. Apply through the state machine, deduplicated by (provider, provider id, status).
+    """
+    row = session.get(WebhookStatus, status_id, populate_existing=True)
+    if row is None or row.applied_at is not None:
+        return Result.DUPLICATE
+    target = PROVIDER_WORDS.get(row.status)
+    match, stale = _match(session, row, now)
+    if not _claim(session, status_id):
+        return Result.DUPLICATE
+    if match is None:
+        _finish(
+            session,
+            status_id,
+            None if stale is None else now,
+            Result.PARKED if stale is None else Result.STALE,
+            stale,
+        )
+        return Result.PARKED if stale is None else Result.STALE
+    if target is None:
+        _finish(session, status_id, now, Result.IGNORED, match.message_id)
+        return Result.IGNORED
+
+    payload = row.payload or {}
+    errors = payload.get("errors") or []
+    extra: dict[str, Any] = {}
+    if target is Status.FAILED:
+        extra = {
+            "last_error": errors[0]
+            if errors
+            else {"provider": row.provider, "message": "failed, no reason given"},
+            "failure_class": payload.get("failure_class") or "needs_human",
+            "next_attempt_at": None,
+            "lease_until": None,
+        }
+    transition = apply_status(
+        session,
+        match.message_id,
+        target,
+        Source.WEBHOOK,
+        now,
+        provider_time=row.provider_time,
+        cycle=match.cycle,
+        kind=target.value,
+        detail={
+            "provider": row.provider,
+            "provider_message_id": row.provider_message_id,
+            "status": row.status,
+            "errors": errors,
+        },
+        dedupe_key=row.dedupe_key,
+        extra_values=extra,
+    )
+    if transition.duplicate:
+        result = Result.DUPLICATE
+    elif transition.applied:
+        result = Result.APPLIED
+    else:
+        result = Result.REFUSED
+        if transition.refusal is not None and transition.refusal.value == "late":
+            log.info(
+                "late %s for message %s (now %s): recorded, not applied",
+                target.value,
+                match.message_id,
+                transition.from_status,
+            )
+    _finish(session, status_id, now, result, match.message_id)
+    return result
+
+
+def _match(session: Session, row: WebhookStatus, now: datetime) -> tuple[_Match | None, int | None]:
+    """(a match to apply, or None; the message id when the status is stale)."""
+    by_id = session.execute(
+        select(Message.id, Message.cycle)
+        .where(
+            Message.identity_id == row.identity_id,
+            Message.provider_message_id == row.provider_message_id,
+        )
+        .with_for_update()
+    ).first()
+    if by_id is not None:
+        return _Match(by_id.id, by_id.cycle), None
+
+    parsed = parse_correlation_id(row.correlation_id)
+    if parsed is not None:
+        message_id, cycle = parsed
+        # Locks the row: a worker recording the provider id right now finishes first.
+        message = session.execute(
+            select(Message.id, Message.cycle, Message.provider_message_id)
+            .where(Message.id == message_id, Message.identity_id == row.identity_id)
+            .with_for_update()
+        ).first()
+        if message is not None and cycle == message.cycle:
+            if message.provider_message_id is None:
+                session.execute(
+                    update(Message)
+                    .where(
+                        Message.id == message_id,
+                        Message.cycle == cycle,
+                        Message.provider_message_id.is_(None),
+                    )
+                    .values(provider_message_id=row.provider_message_id)
+                )
+            elif message.provider_message_id != row.provider_message_id:
+                record_double_send(
+                    session,
+                    message_id,
+                    cycle,
+                    message.provider_message_id,
+                    row.provider_message_id,
+                    now,
+                )
+            return _Match(message_id, cycle), None
+        if message is not None and cycle < message.cycle:
+            _record_stale(session, message_id, cycle, row, now)
+            return None, message_id
+
+    earlier = session.execute(
+        select(Attempt.message_id, Attempt.cycle)
+        .join(Message, Message.id == Attempt.message_id)
+        .where(
+            Attempt.provider_message_id == row.provider_message_id,
+            Message.identity_id == row.identity_id,
+        )
+        .order_by(Attempt.cycle.desc())
+    ).first()
+    if earlier is not None:
+        _record_stale(session, earlier.message_id, earlier.cycle, row, now)
+        return None, earlier.message_id
+    return None, None
+
+
+def _record_stale(
+    session: Session, message_id: int, cycle: int, row: WebhookStatus, now: datetime
+) -> None:
+    target = PROVIDER_WORDS.get(row.status)
+    if target is None:
+        return
+    apply_status(
+        session,
+        message_id,
+        target,
+        Source.WEBHOOK,
+        now,
+        provider_time=row.provider_time,
+        cycle=cycle,
+        dedupe_key=row.dedupe_key,
+        detail={
+            "provider_message_id": row.provider_message_id,
+            "status": row.status,
+            "why": "the provider id belongs to an earlier cycle",
+        },
+    )
+
+
+def record_double_send(
+    session: Session,
+    message_id: int,
+    cycle: int,
+    first_id: str | None,
+    second_id: str | None,
+    now: datetime,
+) -> None:
+    """Two provider ids for one correlation id and cycle: the provider has it twice."""
+    log.error(
+        "DOUBLE SEND: message %s cycle %s has provider ids %s and %s",
+        message_id,
+        cycle,
+        first_id,
+        second_id,
+    )
+    append_event(
+        session,
+        message_id=message_id,
+        cycle=cycle,
+        source=Source.WEBHOOK.value,
+        kind="double_send",
+        received_at=now,
+        applied=False,
+        detail={"provider_message_ids": [first_id, second_id]},
+        dedupe_key=f"double_send:{message_id}:{cycle}:{second_id}",
+    )
+
+
+def _claim(session: Session, status_id: int) -> bool:
+    return (
+        rows_changed(
+            session,
+            update(WebhookStatus)
+            .where(WebhookStatus.id == status_id, WebhookStatus.applied_at.is_(None))
+            .values(tries=WebhookStatus.tries + 1),
+        )
+        == 1
+    )
+
+
+def _finish(
+    session: Session,
+    status_id: int,
+    applied_at: datetime | None,
+    result: str,
+    message_id: int | None,
+) -> None:
+    session.execute(
+        update(WebhookStatus)
+        .where(WebhookStatus.id == status_id)
+        .values(applied_at=applied_at, result=result, message_id=message_id)
+    )
+
+
+def parked_status_ids(session: Session, identity_id: int, provider_message_id: str) -> list[int]:
+    return list(
+        session.scalars(
+            select(WebhookStatus.id)
+            .where(
+                WebhookStatus.identity_id == identity_id,
+                WebhookStatus.provider_message_id == provider_message_id,
+                WebhookStatus.applied_at.is_(None),
+            )
+            .order_by(WebhookStatus.provider_time, WebhookStatus.id)
+        )
+    )
+
+
+def apply_parked(
+    session: Session, identity_id: int, provider_message_id: str, now: datetime
+) -> list[str]:
+    """Apply the statuses that arrived before the provider id was recorded.
+
+    Called in the transaction that records the id, so the two cannot miss each other.
+    """
+    return [
+        apply_webhook_status(session, status_id, now)
+        for status_id in parked_status_ids(session, identity_id, provider_message_id)
+    ]
+
+
+def pending_status_ids(session: Session, limit: int = 500) -> list[int]:
+    """Statuses not yet applied (parked, or whose application failed), oldest first."""
+    return list(
+        session.scalars(
+            select(WebhookStatus.id)
+            .where(WebhookStatus.applied_at.is_(None))
+            .order_by(WebhookStatus.received_at, WebhookStatus.id)
+            .limit(limit)
+        )
+    )
+
+
+def expire_parked(session: Session, now: datetime, max_age: timedelta) -> int:
+    """Parked statuses no message ever matched (sends from other systems are normal)."""
+    return rows_changed(
+        session,
+        update(WebhookStatus)
+        .where(
+            WebhookStatus.applied_at.is_(None),
+            WebhookStatus.received_at < now - max_age,
+        )
+        .values(applied_at=now, result=Result.EXPIRED),
+    )

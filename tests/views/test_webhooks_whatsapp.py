@@ -1,0 +1,435 @@
+"""`/webhooks/whatsapp` with real signatures: the reconciler's rules, end to end."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from datetime import timedelta
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import select
+
+from app.clock import utcnow
+from app.db import Database
+from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
+from app.repo.messages import requeue_message
+from app.repo.sending import (
+    claim_message,
+    finish_attempt,
+    record_accepted,
+    record_failed,
+    start_attempt,
+)
+
+from ..conftest import T0
+from ..factories import World, make_message, make_world
+from ..meta import PHONE_NUMBER_ID, encode, fixture, sign, status, status_body
+
+SECRET = "meta-app-secret"
+LEASE = timedelta(seconds=25)
+
+
+@pytest.fixture
+def world(db: Database) -> World:
+    return make_world(db, account_id=PHONE_NUMBER_ID, app_secret=SECRET, verify_token="vt-1")
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def deliver(client: FlaskClient, raw: bytes, secret: str = SECRET, signature: str | None = None):
+    headers = {"Content-Type": "application/json"}
+    if signature is not None or secret:
+        headers["X-Hub-Signature-256"] = signature or sign(raw, secret)
+    return client.post("/webhooks/whatsapp", data=raw, headers=headers)
+
+
+def claimed(db: Database, world: World, **kwargs: object):
+    message_id = make_message(db, world, **kwargs)  # type: ignore[arg-type]
+    with db.transaction() as session:
+        claim = claim_message(session, message_id, T0, LEASE)
+        assert claim is not None
+        start_attempt(session, claim, "key", T0)
+    return claim
+
+
+def sent_message(db: Database, world: World, wamid: str) -> int:
+    claim = claimed(db, world)
+    with db.transaction() as session:
+        record_accepted(
+            session, claim, wamid, T0 + timedelta(seconds=1), unknown_attempts=0, had_unknown=False
+        )
+    return claim.message_id
+
+
+def message(db: Database, message_id: int) -> Message:
+    with db.transaction() as session:
+        row = session.get(Message, message_id, populate_existing=True)
+        assert row is not None
+        return row
+
+
+def webhook_events(db: Database, message_id: int) -> list[MessageEvent]:
+    with db.transaction() as session:
+        return list(
+            session.scalars(
+                select(MessageEvent)
+                .where(MessageEvent.message_id == message_id, MessageEvent.source == "webhook")
+                .order_by(MessageEvent.id)
+            )
+        )
+
+
+def at(seconds: int):
+    return T0 + timedelta(seconds=seconds)
+
+
+def test_the_transcribed_sent_delivered_and_read_fixtures_move_a_message_forward(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    message_id = sent_message(
+        db, world, "wamid.HBgLMTY1MDU1NTEyMzQVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA"
+    )
+    for name in ("status_sent", "status_delivered", "status_read"):
+        response = deliver(client, encode(fixture(name)))
+        assert response.status_code == 200, response.get_json()
+    row = message(db, message_id)
+    assert row.status == "read"
+    read_ts = int(
+        fixture("status_read")["entry"][0]["changes"][0]["value"]["statuses"][0]["timestamp"]
+    )
+    assert int(row.read_at.timestamp()) == read_ts  # the provider's clock
+    with db.transaction() as session:
+        deliveries = session.scalars(select(WebhookDelivery)).all()
+    assert len(deliveries) == 3 and all(d.body for d in deliveries)
+
+
+def test_a_batch_with_known_and_unknown_ids_is_acknowledged_and_the_unknown_parked(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    first = sent_message(db, world, "wamid.KNOWN1")
+    second = sent_message(db, world, "wamid.KNOWN2")
+    body = status_body(
+        [
+            status("wamid.KNOWN1", "delivered", at(5)),
+            status("wamid.UNKNOWN", "delivered", at(5)),
+            status("wamid.KNOWN2", "read", at(6)),
+        ]
+    )
+    # A second entry in the same POST, as Meta batches.
+    body["entry"].append(status_body([status("wamid.KNOWN1", "read", at(7))])["entry"][0])
+    response = deliver(client, encode(body))
+    assert response.status_code == 200
+    assert response.get_json()["results"]["parked"] == 1
+    assert message(db, first).status == "read" and message(db, second).status == "read"
+    with db.transaction() as session:
+        parked = session.scalars(
+            select(WebhookStatus).where(WebhookStatus.provider_message_id == "wamid.UNKNOWN")
+        ).one()
+    assert parked.result == "parked" and parked.applied_at is None
+
+
+def test_a_failed_status_keeps_its_error_verbatim(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    wamid = fixture("status_failed")["entry"][0]["changes"][0]["value"]["statuses"][0]["id"]
+    message_id = sent_message(db, world, wamid)
+    assert deliver(client, encode(fixture("status_failed"))).status_code == 200
+    row = message(db, message_id)
+    assert row.status == "failed" and row.failure_class == "permanent"
+    assert row.last_error is not None
+    assert row.last_error["code"] == 131047
+    assert row.last_error["title"] == "Re-engagement message"
+    assert "24 hours" in row.last_error["details"]
+
+
+def test_an_inbound_message_opens_the_window_so_free_text_defaults_to_reply(
+    client: FlaskClient, db: Database, world: World, app: Flask
+) -> None:
+    inbound = fixture("inbound_text")
+    message_obj = inbound["entry"][0]["changes"][0]["value"]["messages"][0]
+    message_obj["timestamp"] = str(int(utcnow().timestamp()))
+    assert deliver(client, encode(inbound)).status_code == 200
+    auth = {"Authorization": f"Bearer {world.api_key}"}
+    to = message_obj["from"]
+    text = client.post(
+        "/v1/messages",
+        json={"identity_id": world.identity_id, "to": to, "text": "on it"},
+        headers=auth,
+    )
+    template = client.post(
+        "/v1/messages",
+        json={
+            "identity_id": world.identity_id,
+            "to": to,
+            "template": {"name": "reminder", "language": "en_US"},
+        },
+        headers=auth,
+    )
+    stranger = client.post(
+        "/v1/messages",
+        json={"identity_id": world.identity_id, "to": "15559990000", "text": "hi"},
+        headers=auth,
+    )
+    assert text.get_json()["lane"] == "reply"
+    assert template.get_json()["lane"] == "campaign"
+    assert stranger.get_json()["lane"] == "campaign"
+
+
+# Signatures -----------------------------------------------------------------------------
+
+
+def _body_for(db: Database, world: World) -> tuple[int, bytes]:
+    message_id = sent_message(db, world, "wamid.SIG")
+    return message_id, encode(status_body([status("wamid.SIG", "delivered", at(5))]))
+
+
+def assert_nothing_applied(db: Database, message_id: int) -> None:
+    assert message(db, message_id).status == "sent"
+    with db.transaction() as session:
+        assert session.scalars(select(WebhookStatus)).all() == []
+        assert session.scalars(select(WebhookDelivery)).all() == []
+
+
+def test_a_one_byte_change_is_401_and_nothing_is_applied(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    message_id, raw = _body_for(db, world)
+    signature = sign(raw, SECRET)
+    tampered = raw.replace(b"delivered", b"delivereD")
+    assert deliver(client, tampered, signature=signature).status_code == 401
+    assert_nothing_applied(db, message_id)
+
+
+@pytest.mark.parametrize("header", ["wrong-secret", "missing", "sha1", "garbage"])
+def test_a_bad_or_missing_signature_is_401_and_nothing_is_applied(
+    client: FlaskClient, db: Database, world: World, header: str
+) -> None:
+    message_id, raw = _body_for(db, world)
+    headers = {"Content-Type": "application/json"}
+    if header == "wrong-secret":
+        headers["X-Hub-Signature-256"] = sign(raw, "not-the-secret")
+    elif header == "sha1":
+        headers["X-Hub-Signature-256"] = "sha1=" + sign(raw, SECRET)[7:]
+    elif header == "garbage":
+        headers["X-Hub-Signature-256"] = "sha256=zz\u00e9"
+    response = client.post("/webhooks/whatsapp", data=raw, headers=headers)
+    assert response.status_code == 401
+    assert_nothing_applied(db, message_id)
+
+
+def test_another_identitys_secret_does_not_verify(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    make_world(db, name="globex", account_id="777", app_secret="globex-secret")
+    message_id, raw = _body_for(db, world)
+    assert deliver(client, raw, secret="globex-secret").status_code == 401
+    assert_nothing_applied(db, message_id)
+
+
+def test_a_delivery_naming_identities_with_different_secrets_is_401(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    make_world(db, name="globex", account_id="777", app_secret="globex-secret")
+    message_id, _ = _body_for(db, world)
+    body = status_body([status("wamid.SIG", "delivered", at(5))])
+    body["entry"].append(status_body([status("wamid.X", "read", at(5))], "777")["entry"][0])
+    assert deliver(client, encode(body)).status_code == 401
+    assert_nothing_applied(db, message_id)
+
+
+def test_a_delivery_for_an_unknown_number_is_401(client: FlaskClient, db: Database) -> None:
+    raw = encode(status_body([status("wamid.Q", "sent", at(1))], "999999"))
+    assert deliver(client, raw).status_code == 401
+
+
+def test_an_unusually_formatted_delivery_verifies_against_its_raw_bytes(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    message_id = sent_message(db, world, "wamid.FMT")
+    body = status_body([status("wamid.FMT", "read", at(9))])
+    body["entry"][0]["changes"][0]["value"]["metadata"]["display_phone_number"] = (
+        "Caf\u00e9 \U0001f600"
+    )
+    # Indented, keys reversed, non-ASCII escaped: re-serialising would change the bytes.
+    raw = json.dumps(_reversed(body), indent=3, ensure_ascii=True).encode()
+    assert deliver(client, raw).status_code == 200
+    assert message(db, message_id).status == "read"
+
+
+def _reversed(value):
+    if isinstance(value, dict):
+        return {k: _reversed(value[k]) for k in reversed(list(value))}
+    if isinstance(value, list):
+        return [_reversed(v) for v in value]
+    return value
+
+
+def test_malformed_json_is_400_and_an_oversized_body_413(client: FlaskClient, world: World) -> None:
+    assert deliver(client, b'{"object": ').status_code == 400
+    huge = b'{"object":"whatsapp_business_account","pad":"' + b"x" * (1024 * 1024) + b'"}'
+    assert deliver(client, huge).status_code == 413
+
+
+def test_the_handshake_answers_the_challenge_only_for_a_known_verify_token(
+    client: FlaskClient, world: World
+) -> None:
+    ok = client.get(
+        "/webhooks/whatsapp?hub.mode=subscribe&hub.verify_token=vt-1&hub.challenge=1158201444"
+    )
+    assert ok.status_code == 200 and ok.get_data(as_text=True) == "1158201444"
+    wrong = client.get(
+        "/webhooks/whatsapp?hub.mode=subscribe&hub.verify_token=nope&hub.challenge=1"
+    )
+    mode = client.get(
+        "/webhooks/whatsapp?hub.mode=unsubscribe&hub.verify_token=vt-1&hub.challenge=1"
+    )
+    assert wrong.status_code == 403 and mode.status_code == 403
+
+
+# Ordering and duplicates ----------------------------------------------------------------
+
+WORDS = ["sent", "delivered", "read"]
+TIMES = {"sent": 10, "delivered": 20, "read": 30}
+
+
+def sequences() -> list[tuple[str, ...]]:
+    found = []
+    for perm in itertools.permutations(WORDS):
+        found.append(perm)
+        found.append(tuple(w for w in perm for _ in (0, 1)))  # each duplicated at once
+        found.append(perm + perm)  # the whole batch redelivered
+    return found
+
+
+@pytest.mark.parametrize("sequence", sequences(), ids="-".join)
+def test_every_order_of_sent_delivered_read_with_duplicates_ends_at_read(
+    client: FlaskClient, db: Database, world: World, sequence: tuple[str, ...]
+) -> None:
+    message_id = sent_message(db, world, "wamid.PERM")
+    sent_at = message(db, message_id).sent_at
+    for word in sequence:
+        raw = encode(status_body([status("wamid.PERM", word, at(TIMES[word]))]))
+        assert deliver(client, raw).status_code == 200
+    row = message(db, message_id)
+    assert row.status == "read"
+    assert row.sent_at == sent_at  # set by the worker first, never overwritten
+    assert row.read_at == at(30)
+    # In order, or late after `read` (filled because it was still empty): the provider's time.
+    assert row.delivered_at == at(20)
+    events = webhook_events(db, message_id)
+    assert sorted(e.to_status for e in events) == sorted(WORDS)  # no duplicate events
+
+
+def test_failed_after_delivered_leaves_it_delivered(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    message_id = sent_message(db, world, "wamid.FD")
+    deliver(client, encode(status_body([status("wamid.FD", "delivered", at(5))])))
+    deliver(client, encode(status_body([status("wamid.FD", "failed", at(6))])))
+    row = message(db, message_id)
+    assert row.status == "delivered" and row.failed_at is None
+    refused = webhook_events(db, message_id)[-1]
+    assert (refused.to_status, refused.applied, refused.refusal) == (
+        "failed",
+        False,
+        "already_shown",
+    )
+
+
+def test_sent_after_failed_leaves_it_failed_with_its_error(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    claim = claimed(db, world)
+    error = {"provider": "whatsapp", "code": 131026, "title": "Message undeliverable"}
+    with db.transaction() as session:
+        record_failed(
+            session,
+            claim,
+            at(2),
+            failure_class="permanent",
+            error=error,
+            unknown_attempts=0,
+            rate_limited_attempts=0,
+            had_unknown=False,
+        )
+    corr = message(db, claim.message_id).correlation_id
+    deliver(client, encode(status_body([status("wamid.LATE", "sent", at(3), correlation_id=corr)])))
+    row = message(db, claim.message_id)
+    assert row.status == "failed" and row.last_error == error
+
+
+# Matching, parking, cycles ----------------------------------------------------------------
+
+
+def test_a_status_before_the_provider_id_is_recorded_is_applied_when_it_is(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    claim = claimed(db, world)
+    response = deliver(client, encode(status_body([status("wamid.EARLY", "delivered", at(3))])))
+    assert response.get_json()["results"] == {"duplicate": 0, "parked": 1}
+    assert message(db, claim.message_id).status == "sending"
+    with db.transaction() as session:
+        record_accepted(session, claim, "wamid.EARLY", at(4), unknown_attempts=0, had_unknown=False)
+    row = message(db, claim.message_id)
+    assert row.status == "delivered" and row.delivered_at == at(3)
+    assert row.sent_at == at(4)  # the worker's late `sent` fills its own timestamp
+
+
+def test_a_status_matched_only_by_correlation_id_is_applied_and_its_id_adopted(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    claim = claimed(db, world)
+    corr = message(db, claim.message_id).correlation_id
+    deliver(
+        client, encode(status_body([status("wamid.ADOPT", "sent", at(3), correlation_id=corr)]))
+    )
+    row = message(db, claim.message_id)
+    assert (row.status, row.provider_message_id) == ("sent", "wamid.ADOPT")
+
+
+def test_two_provider_ids_for_one_correlation_id_are_flagged_as_a_double_send(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    message_id = sent_message(db, world, "wamid.ONE")
+    corr = message(db, message_id).correlation_id
+    deliver(
+        client, encode(status_body([status("wamid.TWO", "delivered", at(3), correlation_id=corr)]))
+    )
+    with db.transaction() as session:
+        kinds = session.scalars(
+            select(MessageEvent.kind).where(MessageEvent.message_id == message_id)
+        ).all()
+    assert "double_send" in kinds
+    assert message(db, message_id).provider_message_id == "wamid.ONE"
+
+
+def test_a_status_for_an_earlier_cycles_id_is_recorded_not_applied(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    claim = claimed(db, world)
+    with db.transaction() as session:
+        finish_attempt(session, claim, at(1), "accepted", provider_message_id="wamid.OLD")
+        record_accepted(session, claim, "wamid.OLD", at(1), unknown_attempts=0, had_unknown=False)
+    deliver(client, encode(status_body([status("wamid.OLD", "failed", at(2))])))
+    with db.transaction() as session:
+        requeue_message(session, claim.message_id, at(3), actor="ana")
+    deliver(client, encode(status_body([status("wamid.OLD", "delivered", at(4))])))
+    row = message(db, claim.message_id)
+    assert (row.status, row.cycle, row.provider_message_id) == ("queued", 2, None)
+    with db.transaction() as session:
+        stored = session.scalars(
+            select(WebhookStatus).where(WebhookStatus.status == "delivered")
+        ).one()
+    assert stored.result == "stale"
+    refused = webhook_events(db, claim.message_id)[-1]
+    assert (refused.to_status, refused.applied, refused.refusal, refused.cycle) == (
+        "delivered",
+        False,
+        "stale",
+        1,
+    )
