@@ -20,6 +20,9 @@ from app.clock import utcnow
 from app.crypto import get_box
 from app.db import get_db
 from app.repo import identities, staff, tenants
+from app.repo.sending import release_held
+from jobs.queues import ring
+from jobs.send import send_message
 
 db_cli = AppGroup("db", help="The database schema.")
 tenant_cli = AppGroup("tenant", help="Tenants and their API keys.")
@@ -212,19 +215,30 @@ def identity_pause(identity_id: int, reason: str) -> None:
 @identity_cli.command("resume")
 @click.argument("identity_id", type=int)
 def identity_resume(identity_id: int) -> None:
-    """Resume a paused identity."""
+    """Resume a paused identity: the messages it held are due at once and rung."""
+    held: list[tuple[int, str]] = []
     with get_db().transaction() as session:
         if identities.get_identity(session, identity_id) is None:
             raise click.ClickException(f"no identity with id {identity_id}")
         resumed = identities.resume_identity(session, identity_id)
         if resumed:
+            held = release_held(session, identity_id, utcnow())
             staff.record_audit(
-                session, os_user(), "identity.resume", f"identity:{identity_id}", utcnow()
+                session,
+                os_user(),
+                "identity.resume",
+                f"identity:{identity_id}",
+                utcnow(),
+                {"released": len(held)},
             )
-    if resumed:
-        click.echo(f"resumed identity {identity_id}")
-    else:
+    if not resumed:
         click.echo(f"identity {identity_id} was not paused; nothing changed")
+        return
+    rung = sum(ring(send_message, lane, message_id) for message_id, lane in held)
+    click.echo(
+        f"resumed identity {identity_id}: {len(held)} waiting messages due now, "
+        f"{rung} rung" + ("" if rung == len(held) else " (the sweeper rings the rest)")
+    )
 
 
 @staff_cli.command("create")
@@ -251,6 +265,18 @@ def staff_create(email: str, role: str, tenant_name: str | None, password: str |
     click.echo(password)
 
 
+@click.command("worker")
+@click.option("--lane", required=True, type=click.Choice(["reply", "campaign"]))
+@click.option("--burst", is_flag=True, help="stop when the queue is empty")
+def worker_command(lane: str, burst: bool) -> None:
+    """Send the lane's messages until SIGTERM (a non-forking RQ worker)."""
+    from jobs.worker import run_worker
+
+    click.echo(f"worker for the {lane} lane starting{' (burst)' if burst else ''}")
+    run_worker(lane, burst=burst)
+    click.echo(f"worker for the {lane} lane stopped")
+
+
 @click.command("sandbox")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=0, type=int, help="0 picks a free port (printed)")
@@ -265,3 +291,4 @@ def init_app(app: Flask) -> None:
     for group in (db_cli, tenant_cli, identity_cli, staff_cli):
         app.cli.add_command(group)
     app.cli.add_command(sandbox_command)
+    app.cli.add_command(worker_command)

@@ -1,24 +1,224 @@
-"""The send job: one RQ job per message, carrying its id only."""
+"""The send job: one RQ job per message, carrying its id only (DESIGN section 7).
+
+`send_message(id)` is claim, call, record:
+1. Claim the row in one fenced update (or exit quietly: nothing to do, or not ours).
+2. Call the provider outside any transaction, with our provider key and correlation id,
+   within a total deadline shorter than the lease.
+3. Record the outcome with fenced writes through the state machine, keep the attempt and
+   the provider's verbatim answer, and ring the next attempt for its time.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
-from app.db import get_db
+from flask import current_app
+from sqlalchemy.orm import Session
+
+from app.clock import utcnow
+from app.config import Config
+from app.crypto import SecretBox, get_box
+from app.db import Database, get_db
+from app.providers import get_provider
+from app.providers.base import Credentials, FailureClass, OutboundMessage, SendResult
+from app.repo.identities import get_identity, reveal_secrets
 from app.repo.messages import get_message
+from app.repo.sending import (
+    Claim,
+    claim_message,
+    finish_attempt,
+    mark_lost_attempt,
+    record_accepted,
+    record_failed,
+    record_held,
+    record_retry,
+    start_attempt,
+)
+from app.retry import Step, plan_after_failure, plan_after_lost_lease
+from jobs.queues import ring
 
 log = logging.getLogger(__name__)
 
 
-def send_message(message_id: int) -> str:
-    """Send one message (for now: re-read the row and return).
+def provider_key_for(message_id: int, key_cycle: int, fingerprint: str) -> str:
+    """Stable for an intent (message and key cycle), derived, never random."""
+    material = f"ratchet:{message_id}:{key_cycle}:{fingerprint}"
+    return hashlib.sha256(material.encode()).hexdigest()[:40]
 
-    Until the sending work lands, this job only re-reads the row, so a ring is proven to
-    reach a worker; a job that finds nothing to do exits quietly.
-    """
-    with get_db().transaction() as session:
+
+def send_message(message_id: int) -> str:
+    """The RQ job. Returns what happened, for the job's result and the logs."""
+    outcome, next_ring = send_one(
+        get_db(), get_box(), current_app.config["RATCHET"], message_id, utcnow
+    )
+    if next_ring is not None:
+        lane, at = next_ring
+        ring(send_message, lane, message_id, at=at)
+    return outcome
+
+
+def send_one(
+    db: Database,
+    box: SecretBox,
+    config: Config,
+    message_id: int,
+    clock: Callable[[], datetime],
+) -> tuple[str, tuple[str, datetime] | None]:
+    """Claim, call, record. Returns (outcome word, (lane, time) of the next ring or None)."""
+    lease = timedelta(seconds=config.lease_seconds)
+    # 1. Claim.
+    with db.transaction() as session:
+        now = clock()
+        claim = claim_message(session, message_id, now, lease)
+        if claim is None:
+            return "not claimed", None
         message = get_message(session, message_id)
-        if message is None:
-            log.info("message %s does not exist; nothing to do", message_id)
-            return "missing"
-        return message.status
+        identity = get_identity(session, claim.identity_id)
+        assert message is not None and identity is not None
+        if claim.lease_lost:
+            mark_lost_attempt(session, claim, now)
+            exhausted = plan_after_lost_lease(config, message.unknown_attempts)
+            if exhausted is not None:
+                record_failed(
+                    session,
+                    claim,
+                    now,
+                    failure_class=FailureClass.EXHAUSTED.value,
+                    error=message.last_error,
+                    unknown_attempts=message.unknown_attempts + 1,
+                    rate_limited_attempts=message.rate_limited_attempts,
+                    had_unknown=True,
+                )
+                return "failed: exhausted", None
+        key = provider_key_for(message.id, message.provider_key_cycle, message.fingerprint)
+        start_attempt(session, claim, key, now)
+        outbound = OutboundMessage(
+            recipient=message.recipient,
+            body_text=message.body_text,
+            template=message.template,
+            provider_key=key,
+            correlation_id=message.correlation_id or "",
+        )
+        secrets = reveal_secrets(box, identity)
+        credentials = Credentials(
+            account_id=identity.account_id,
+            base_url=identity.base_url,
+            token=secrets.token,
+            app_secret=secrets.app_secret,
+            sender=identity.sender,
+        )
+        provider = get_provider(identity.provider)
+        lane = message.lane
+        # A lease-expired re-claim: the lost attempt's outcome is unknown.
+        counts = (
+            message.unknown_attempts + (1 if claim.lease_lost else 0),
+            message.rate_limited_attempts,
+            message.had_unknown_outcome or claim.lease_lost,
+        )
+
+    # 2. Call, outside any transaction: the row is leased to us.
+    result = provider.send(credentials, outbound, timeout=config.provider_timeout)
+
+    # 3. Record.
+    with db.transaction() as session:
+        now = clock()
+        return record_outcome(session, config, claim, result, counts, now, lane)
+
+
+def record_outcome(
+    session: Session,
+    config: Config,
+    claim: Claim,
+    result: SendResult,
+    counts: tuple[int, int, bool],
+    now: datetime,
+    lane: str,
+) -> tuple[str, tuple[str, datetime] | None]:
+    unknown_attempts, rate_limited_attempts, had_unknown = counts
+    error = result.error.to_dict() if result.error else None
+    if result.accepted:
+        assert result.provider_message_id is not None
+        finish_attempt(
+            session,
+            claim,
+            now,
+            "accepted",
+            http_status=result.http_status,
+            provider_message_id=result.provider_message_id,
+            response_body=result.response_body,
+        )
+        transition = record_accepted(
+            session,
+            claim,
+            result.provider_message_id,
+            now,
+            unknown_attempts=unknown_attempts,
+            had_unknown=had_unknown,
+        )
+        if transition is None:
+            return "stale: the lease was taken over", None
+        return f"accepted ({transition.to_status if transition.applied else 'kept'})", None
+
+    failure = result.failure or FailureClass.NEEDS_HUMAN
+    finish_attempt(
+        session,
+        claim,
+        now,
+        failure.value,
+        http_status=result.http_status,
+        error=error,
+        response_body=result.response_body,
+    )
+    plan = plan_after_failure(
+        config,
+        failure,
+        now,
+        unknown_attempts=unknown_attempts,
+        rate_limited_attempts=rate_limited_attempts,
+        retry_after=result.retry_after,
+    )
+    had_unknown = had_unknown or not result.outcome_known
+    if plan.step is Step.RETRY:
+        assert plan.at is not None
+        if not record_retry(
+            session,
+            claim,
+            plan.at,
+            failure_class=failure.value,
+            error=error,
+            unknown_attempts=plan.unknown_attempts,
+            rate_limited_attempts=plan.rate_limited_attempts,
+            had_unknown=had_unknown,
+        ):
+            return "stale: the lease was taken over", None
+        return f"retry at {plan.at.isoformat()} ({failure.value})", (lane, plan.at)
+    if plan.step is Step.HOLD:
+        reason = _reason(result)
+        if not record_held(session, claim, now, error=error, reason=reason):
+            return "stale: the lease was taken over", None
+        log.warning("identity %s paused: %s", claim.identity_id, reason)
+        return f"held: identity paused ({reason})", None
+    transition = record_failed(
+        session,
+        claim,
+        now,
+        failure_class=plan.failure_class.value,
+        error=error,
+        unknown_attempts=plan.unknown_attempts,
+        rate_limited_attempts=plan.rate_limited_attempts,
+        had_unknown=had_unknown,
+    )
+    if not transition.applied:
+        return f"stale: {transition.refusal}", None
+    return f"failed: {plan.failure_class.value}", None
+
+
+def _reason(result: SendResult) -> str:
+    error = result.error
+    if error is None:
+        return f"HTTP {result.http_status}"
+    code = f"code {error.code}" if error.code is not None else f"HTTP {error.http_status}"
+    return f"{code}: {error.title or error.message or 'no message'}"
