@@ -159,7 +159,7 @@ def record_outcome(
             had_unknown=had_unknown,
         )
         if transition is None:
-            return "stale: the lease was taken over", None
+            return "accepted, not recorded: the lease was taken over", None
         return f"accepted ({transition.to_status if transition.applied else 'kept'})", None
 
     failure = result.failure or FailureClass.NEEDS_HUMAN
@@ -193,12 +193,12 @@ def record_outcome(
             rate_limited_attempts=plan.rate_limited_attempts,
             had_unknown=had_unknown,
         ):
-            return "stale: the lease was taken over", None
+            return _not_recorded(session, claim, failure), None
         return f"retry at {plan.at.isoformat()} ({failure.value})", (lane, plan.at)
     if plan.step is Step.HOLD:
         reason = _reason(result)
         if not record_held(session, claim, now, error=error, reason=reason):
-            return "stale: the lease was taken over", None
+            return _not_recorded(session, claim, failure), None
         log.warning("identity %s paused: %s", claim.identity_id, reason)
         return f"held: identity paused ({reason})", None
     transition = record_failed(
@@ -212,8 +212,17 @@ def record_outcome(
         had_unknown=had_unknown,
     )
     if not transition.applied:
-        return f"stale: {transition.refusal}", None
+        return _not_recorded(session, claim, failure), None
     return f"failed: {plan.failure_class.value}", None
+
+
+def _not_recorded(session: Session, claim: Claim, failure: FailureClass) -> str:
+    """Why a fenced outcome write changed nothing: a webhook got further, or another
+    attempt took the message over after our lease expired."""
+    message = get_message(session, claim.message_id)
+    if message is not None and message.cycle == claim.cycle and message.attempt == claim.attempt:
+        return f"{failure.value}, but a webhook already moved it to {message.status}"
+    return f"{failure.value}, not recorded: the lease was taken over"
 
 
 def _reason(result: SendResult) -> str:

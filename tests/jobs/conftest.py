@@ -1,0 +1,173 @@
+"""Sending against the outside world: the sandbox as its own process, Ratchet served over
+real HTTP (so the sandbox's signed webhooks reach it), PostgreSQL with real commits.
+
+The clock the worker sees is passed in (`Env.clock`) and moved to each retry's time, so
+retry times are read, never waited for.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from flask import Flask
+from werkzeug.serving import make_server
+
+from app.clock import utcnow
+from app.crypto import SecretBox
+from app.db import Database
+from app.models import Message
+from app.repo.identities import create_identity
+from app.repo.tenants import create_tenant
+from jobs.send import send_one
+
+from ..conftest import SECRET_KEY, make_app
+from ..sandbox.conftest import SandboxProcess, start_sandbox_process, stop_sandbox_process
+
+PROVIDER_TIMEOUT = 1.0
+HANG_SECONDS = 2.0
+_numbers = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+    process = start_sandbox_process(tmp_path_factory.mktemp("jobs-sandbox") / "stderr.log")
+    yield process
+    code, output = stop_sandbox_process(process)
+    assert code == 0, output
+
+
+class Env:
+    def __init__(self, app: Flask, db: Database, base_url: str, sandbox_url: str) -> None:
+        self.app = app
+        self.db = db
+        self.base_url = base_url
+        self.sandbox_url = sandbox_url
+        self.config = app.config["RATCHET"]
+        self.box = SecretBox(SECRET_KEY)
+        self.now = utcnow()
+        self.http = httpx.Client(timeout=10)
+
+    def clock(self) -> datetime:
+        return self.now
+
+    # The outside world ----------------------------------------------------------------
+
+    def sandbox(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.http.request(method, f"{self.sandbox_url}/_sandbox{path}", **kwargs)
+        assert response.status_code < 300, response.text
+        return response.json()
+
+    def number(self, *, token: str = "good-token", **settings: Any) -> dict[str, Any]:
+        """A sandbox number and the Ratchet identity that sends through it."""
+        phone_number_id = f"5550{next(_numbers):08d}"
+        number = {
+            "phone_number_id": phone_number_id,
+            "token": "good-token",
+            "app_secret": "sandbox-app-secret",
+            "webhook_url": f"{self.base_url}/webhooks/whatsapp",
+            "hang_seconds": HANG_SECONDS,
+            **settings,
+        }
+        self.sandbox("POST", "/numbers", json=number)
+        with self.db.transaction() as session:
+            tenant, key = create_tenant(session, f"tenant-{phone_number_id}", self.now)
+            identity = create_identity(
+                session,
+                self.box,
+                tenant_id=tenant.id,
+                provider="whatsapp",
+                account_id=phone_number_id,
+                base_url=f"{self.sandbox_url}/v21.0",
+                token=token,
+                app_secret="sandbox-app-secret",
+                now=self.now,
+            )
+        return {"phone_number_id": phone_number_id, "identity_id": identity.id, "api_key": key}
+
+    def accepted(self, number: dict[str, Any]) -> list[dict[str, Any]]:
+        return self.sandbox("GET", f"/numbers/{number['phone_number_id']}/messages")["messages"]
+
+    def requests(self, number: dict[str, Any]) -> list[dict[str, Any]]:
+        path = f"/requests?phone_number_id={number['phone_number_id']}"
+        return self.sandbox("GET", path)["requests"]
+
+    def settle(self, number: dict[str, Any], quiet: float = 0.6, limit: float = 15.0) -> None:
+        """Wait until the sandbox has posted no webhook for `quiet` seconds."""
+        path = f"/webhooks?phone_number_id={number['phone_number_id']}"
+        deadline = time.monotonic() + limit
+        last, since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            count = len(self.sandbox("GET", path)["webhooks"])
+            if count != last:
+                last, since = count, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return
+            time.sleep(0.05)
+
+    # Ratchet --------------------------------------------------------------------------
+
+    def send(self, number: dict[str, Any], to: str, **body: Any) -> int:
+        payload = {"identity_id": number["identity_id"], "to": to, **body}
+        if "text" not in payload and "template" not in payload:
+            payload["text"] = "hello"
+        response = self.http.post(
+            f"{self.base_url}/v1/messages",
+            json=payload,
+            headers={"Authorization": f"Bearer {number['api_key']}"},
+        )
+        assert response.status_code == 201, response.text
+        return int(response.json()["id"])
+
+    def attempt(self, message_id: int) -> str:
+        outcome, _ = send_one(self.db, self.box, self.config, message_id, self.clock)
+        return outcome
+
+    def message(self, message_id: int) -> Message:
+        with self.db.transaction() as session:
+            row = session.get(Message, message_id, populate_existing=True)
+            assert row is not None
+            return row
+
+    def drive(self, number: dict[str, Any], message_id: int, limit: int = 12) -> list[str]:
+        """Attempt, let the webhooks land, move the clock to the next attempt; repeat."""
+        outcomes = []
+        for _ in range(limit):
+            outcomes.append(self.attempt(message_id))
+            self.settle(number)
+            row = self.message(message_id)
+            if row.status != "sending" or row.next_attempt_at is None:
+                break
+            self.now = max(self.now, row.next_attempt_at) + timedelta(milliseconds=1)
+        return outcomes
+
+    def close(self) -> None:
+        self.http.close()
+
+
+@pytest.fixture
+def env(
+    pg_url: str, redis_url: str, committed_db: Database, sandbox: SandboxProcess
+) -> Iterator[Env]:
+    app = make_app(pg_url, redis_url, provider_timeout=PROVIDER_TIMEOUT)
+    app.extensions["ratchet.db"].dispose()
+    app.extensions["ratchet.db"] = committed_db
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    environment = Env(app, committed_db, f"http://127.0.0.1:{server.port}", sandbox.url)
+    environment.sandbox("POST", "/reset")
+    with app.app_context():
+        yield environment
+    environment.sandbox("POST", "/reset")
+    environment.close()
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+    app.extensions["ratchet.redis"].close()
