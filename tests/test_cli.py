@@ -251,3 +251,62 @@ def test_staff_create_prints_a_password_that_works(cli: FlaskCliRunner, db: Data
         assert password not in ana.password_hash and check_password(password, ana.password_hash)
     bad = run(cli, "staff", "create", "x@example.com", "--role", "god", ok=False)
     assert bad.exit_code != 0
+
+
+def test_requeue_is_refused_when_a_refused_delivered_shows_it_reached_the_phone(
+    cli: FlaskCliRunner, db: Database
+) -> None:
+    from datetime import timedelta
+
+    from app.lifecycle import Source, Status
+    from app.repo.messages import apply_status
+    from app.repo.sending import claim_message, record_failed
+
+    from .conftest import T0
+    from .factories import make_message, make_world
+
+    world = make_world(db)
+    message_id = make_message(db, world)
+    with db.transaction() as session:
+        claim = claim_message(session, message_id, T0, timedelta(seconds=25))
+        assert claim is not None
+        record_failed(
+            session,
+            claim,
+            T0,
+            failure_class="permanent",
+            error={"code": 131026},
+            unknown_attempts=0,
+            rate_limited_attempts=0,
+            had_unknown=False,
+        )
+        late = apply_status(session, message_id, Status.DELIVERED, Source.WEBHOOK, T0)
+        assert late.refusal is not None and late.refusal.value == "failed_is_final"
+    refused = run(cli, "message", "requeue", str(message_id), ok=False)
+    assert refused.exit_code != 0 and "reported delivered after it failed" in refused.output
+    no_reason = run(cli, "message", "requeue", str(message_id), "--force", ok=False)
+    assert no_reason.exit_code != 0 and "needs a reason" in no_reason.output
+    forced = run(
+        cli,
+        "message",
+        "requeue",
+        str(message_id),
+        "--by",
+        "ana",
+        "--force",
+        "--reason",
+        "customer says it never arrived",
+    )
+    assert f"requeued message {message_id} by ana as cycle 2" in forced.output
+    with db.transaction() as session:
+        audit = session.query(AuditEntry).filter_by(action="message.requeue").one()
+        assert audit.actor == "ana" and audit.detail["forced"] is True
+
+
+def test_sweep_once_says_what_it_did(cli: FlaskCliRunner, db: Database) -> None:
+    from .factories import make_message, make_world
+
+    make_message(db, make_world(db))
+    result = run(cli, "sweep", "--once")
+    assert "sweep: rang 0 due messages" in result.output  # rung at creation, not yet stale
+    assert "sweeper stopped after 1 passes" in result.output

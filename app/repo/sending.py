@@ -246,6 +246,8 @@ def record_retry(
 ) -> bool:
     values: dict[str, Any] = {
         "next_attempt_at": at,
+        # Rung for that time (RQ's scheduler); the sweeper re-rings only if it stays due.
+        "rung_at": at,
         "lease_until": None,
         "failure_class": failure_class,
         "last_error": error,

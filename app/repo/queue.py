@@ -1,0 +1,116 @@
+"""Questions about the queue as a whole: what is due and not rung, and the dead letters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session
+
+from app.lifecycle import Status
+from app.models import Identity, Message
+from app.providers.base import FailureClass
+from app.providers.classification import dead_letter_rank
+from app.repo.sending import is_due
+from app.repo.sql import rows_changed
+
+
+def take_unrung_due(
+    session: Session, now: datetime, rering_age: timedelta, limit: int = 1000
+) -> list[tuple[int, str]]:
+    """Due messages of active identities not rung within `rering_age`; marks them rung now.
+
+    Returns (id, lane) to ring. Each is taken with its own compare-and-set on `rung_at`,
+    so two sweepers never ring the same row twice in one round.
+    """
+    candidates = session.execute(
+        select(Message.id, Message.lane, Message.rung_at)
+        .join(Identity, Identity.id == Message.identity_id)
+        .where(
+            is_due(now),
+            Identity.paused_at.is_(None),
+            or_(Message.rung_at.is_(None), Message.rung_at < now - rering_age),
+        )
+        .order_by(Message.id)
+        .limit(limit)
+    ).all()
+    taken = []
+    for row in candidates:
+        guard = Message.rung_at.is_(None) if row.rung_at is None else Message.rung_at == row.rung_at
+        if (
+            rows_changed(
+                session, update(Message).where(Message.id == row.id, guard).values(rung_at=now)
+            )
+            == 1
+        ):
+            taken.append((row.id, row.lane))
+    return taken
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    message_id: int
+    tenant_id: int
+    identity_id: int
+    provider: str
+    recipient: str
+    failure_class: str
+    code: int | None
+    title: str | None
+    error: dict[str, Any] | None
+    failed_at: datetime | None
+    cycle: int
+
+
+def dead_letters(
+    session: Session,
+    *,
+    failure_class: str | None = None,
+    tenant_id: int | None = None,
+    limit: int = 500,
+) -> list[DeadLetter]:
+    """Every failed message with its class, the ones a person can act on first.
+
+    Order: exhausted, template problems, window closed, unknown codes, then the rest;
+    newest first within each. Messages held by a paused identity are not here: they wait.
+    """
+    query = (
+        select(Message, Identity.provider)
+        .join(Identity, Identity.id == Message.identity_id)
+        .where(Message.status == Status.FAILED.value)
+        .order_by(Message.failed_at.desc(), Message.id.desc())
+        .limit(limit)
+    )
+    if failure_class is not None:
+        query = query.where(Message.failure_class == failure_class)
+    if tenant_id is not None:
+        query = query.where(Message.tenant_id == tenant_id)
+    letters = []
+    for message, provider in session.execute(query):
+        error = message.last_error or {}
+        letters.append(
+            DeadLetter(
+                message_id=message.id,
+                tenant_id=message.tenant_id,
+                identity_id=message.identity_id,
+                provider=provider,
+                recipient=message.recipient,
+                failure_class=message.failure_class or "unknown",
+                code=error.get("code"),
+                title=error.get("title") or error.get("message"),
+                error=message.last_error,
+                failed_at=message.failed_at,
+                cycle=message.cycle,
+            )
+        )
+    letters.sort(key=lambda d: dead_letter_rank(d.provider, _failure_class(d), d.code))
+    return letters
+
+
+def _failure_class(letter: DeadLetter) -> FailureClass:
+    try:
+        return FailureClass(letter.failure_class)
+    except ValueError:
+        return FailureClass.NEEDS_HUMAN

@@ -1,0 +1,116 @@
+"""The sweeper: a database-driven loop, not an RQ job (it must survive a Redis flush).
+
+Every pass (DESIGN section 2):
+1. re-ring due messages not rung recently (queued, retries whose time has come, expired
+   leases), skipping paused identities; ringing twice is harmless by design;
+2. replay webhook statuses not yet applied (parked ones, and ones whose apply failed);
+3. expire parked statuses no message matched within 7 days.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import FrameType
+
+from app.config import Config
+from app.db import Database
+from app.repo.messages import mark_unrung
+from app.repo.queue import take_unrung_due
+from app.repo.webhooks import apply_webhook_status, expire_parked, pending_status_ids
+from jobs.queues import ring
+from jobs.send import send_message
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    rung: int
+    ring_failed: int
+    replayed: int
+    still_pending: int
+    expired: int
+
+    def describe(self) -> str:
+        return (
+            f"rang {self.rung} due messages"
+            + (f" ({self.ring_failed} could not reach Redis)" if self.ring_failed else "")
+            + f", replayed {self.replayed} webhook statuses ({self.still_pending} still parked)"
+            + f", expired {self.expired} parked statuses"
+        )
+
+    @property
+    def did_anything(self) -> bool:
+        return bool(self.rung or self.ring_failed or self.replayed or self.expired)
+
+
+def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
+    with db.transaction() as session:
+        due = take_unrung_due(session, now, timedelta(seconds=config.rering_age))
+    failed = [message_id for message_id, lane in due if not ring(send_message, lane, message_id)]
+    if failed:
+        # Leave them for the next pass rather than waiting out the re-ring age.
+        with db.transaction() as session:
+            for message_id in failed:
+                mark_unrung(session, message_id)
+
+    with db.transaction() as session:
+        pending = pending_status_ids(session)
+    replayed = still = 0
+    for status_id in pending:
+        try:
+            with db.transaction() as session:
+                result = apply_webhook_status(session, status_id, now)
+        except Exception:
+            log.exception("status %s failed to apply again; next pass retries it", status_id)
+            still += 1
+            continue
+        if result == "parked":
+            still += 1
+        else:
+            replayed += 1
+
+    with db.transaction() as session:
+        expired = expire_parked(session, now, timedelta(days=config.parked_max_age_days))
+    return Pass(len(due) - len(failed), len(failed), replayed, still, expired)
+
+
+def run_sweeper(
+    db: Database,
+    config: Config,
+    clock: Callable[[], datetime],
+    *,
+    once: bool = False,
+    report: Callable[[str], None] = log.info,
+) -> int:
+    """Sweep every `sweep_interval` seconds until SIGTERM or SIGINT; returns passes made."""
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("sweeper stopping (signal %s)", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    passes = 0
+    try:
+        while not stop.is_set():
+            try:
+                result = sweep_once(db, config, clock())
+                if result.did_anything or once:
+                    report(f"sweep: {result.describe()}")
+            except Exception:
+                # The database may be down for a moment; the next pass tries again.
+                log.exception("sweep pass failed")
+            passes += 1
+            if once:
+                break
+            stop.wait(config.sweep_interval)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return passes
