@@ -1,0 +1,164 @@
+"""A first run with failures: 300 messages through 3 worker processes and the sweeper, while
+Redis is flushed mid-run and a worker is SIGKILLed in the middle of a hanging send.
+
+Every acknowledged message must end terminal or advanced, and the sandbox (honouring keys)
+must have accepted each at most once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from redis import Redis
+from rq import Queue, Worker
+from rq.job import Job
+from sqlalchemy import func, select
+
+from app.models import Message
+from jobs.queues import queue_name
+
+from ..conftest import PG_URL, SECRET_KEY
+from .conftest import Env
+
+ROOT = Path(__file__).resolve().parents[2]
+MESSAGES = 300
+HANGING = 12
+HANG_RECIPIENT = "15550000001"
+
+
+def start(name: str, args: list[str], env: dict[str, str], logs: Path) -> subprocess.Popen:
+    with (logs / f"{name}.log").open("w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "flask", "--app", "wsgi", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+@pytest.mark.slow
+def test_a_run_with_a_flushed_redis_and_a_killed_worker_loses_and_duplicates_nothing(
+    env: Env, tmp_path: Path
+) -> None:
+    number = env.number(honour_idempotency_keys=True, hang_seconds=4)
+    process_env = {
+        **os.environ,
+        "DATABASE_URL": PG_URL,
+        "REDIS_URL": env.config.redis_url,
+        "SECRET_KEY": SECRET_KEY,
+        "PUBLIC_BASE_URL": env.base_url,
+        "RATCHET_PROVIDER_TIMEOUT": "3",
+        "RATCHET_WEBHOOK_GRACE": "2",
+        "RATCHET_SWEEP_INTERVAL": "0.5",
+        "RATCHET_RERING_AGE": "3",
+    }
+    workers = [
+        start(f"worker{n}", ["worker", "--lane", "campaign"], process_env, tmp_path)
+        for n in range(3)
+    ]
+    sweeper = start("sweeper", ["sweep"], process_env, tmp_path)
+    redis = Redis.from_url(env.config.redis_url)
+    try:
+        recipients = [HANG_RECIPIENT] * HANGING + [
+            f"1555300{n:04d}" for n in range(MESSAGES - HANGING)
+        ]
+        # Spread the hanging sends through the run.
+        recipients = [recipients[(n * 7) % MESSAGES] for n in range(MESSAGES)]
+        assert sorted(recipients).count(HANG_RECIPIENT) == HANGING
+
+        def post(to: str) -> int:
+            return env.send(number, to)
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            ids = list(pool.map(post, recipients))
+        acknowledged = len(ids)
+        hanging_ids = {i for i, to in zip(ids, recipients, strict=True) if to == HANG_RECIPIENT}
+
+        killed = flushed = False
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            done = finished(env, ids)
+            if not flushed and done >= MESSAGES // 3:
+                redis.flushall()  # Redis lost: queues, scheduled retries, worker registry
+                flushed = True
+            if not killed:
+                killed = kill_a_worker_sending_to(redis, hanging_ids)
+            if done == MESSAGES and flushed and killed:
+                break
+            time.sleep(0.02 if not killed else 0.5)
+        done = finished(env, ids)
+
+        with env.db.transaction() as session:
+            correlation = dict(
+                session.execute(
+                    select(Message.correlation_id, Message.id).where(Message.id.in_(ids))
+                ).all()
+            )
+        per_message = Counter(
+            correlation.get(a["body"].get("biz_opaque_callback_data")) for a in env.accepted(number)
+        )
+        duplicates = sum(count - 1 for count in per_message.values() if count > 1)
+        lost = acknowledged - done
+        print(
+            f"\nacknowledged {acknowledged}, lost {lost}, provider duplicates {duplicates} "
+            f"(redis flushed: {flushed}, worker killed mid-send: {killed})"
+        )
+        assert flushed and killed
+        assert (lost, duplicates) == (0, 0)
+        # The killed worker died of SIGKILL; the other two survived the flush and run on.
+        assert sorted(worker.poll() or 0 for worker in workers) == [-signal.SIGKILL, 0, 0]
+    finally:
+        redis.close()
+        for process in [*workers, sweeper]:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in [*workers, sweeper]:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    for name in ("worker0", "worker1", "worker2", "sweeper"):
+        assert "Traceback" not in (tmp_path / f"{name}.log").read_text(), name
+
+
+def finished(env: Env, ids: list[int]) -> int:
+    """Messages that reached a terminal or advanced state."""
+    with env.db.transaction() as session:
+        return (
+            session.scalar(
+                select(func.count())
+                .select_from(Message)
+                .where(
+                    Message.id.in_(ids), Message.status.in_(["sent", "delivered", "read", "failed"])
+                )
+            )
+            or 0
+        )
+
+
+def kill_a_worker_sending_to(redis: Redis, message_ids: set[int]) -> bool:
+    """SIGKILL a worker process whose current job sends one of `message_ids`."""
+    queue = Queue(queue_name("campaign"), connection=redis)
+    for worker in Worker.all(queue=queue):
+        job_id = worker.get_current_job_id()
+        if not job_id:
+            continue
+        try:
+            job = Job.fetch(job_id, connection=redis)
+        except Exception:
+            continue
+        if job.args and job.args[0] in message_ids and worker.pid:
+            os.kill(worker.pid, signal.SIGKILL)
+            return True
+    return False
