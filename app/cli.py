@@ -344,6 +344,41 @@ def sweep_command(once: bool) -> None:
     click.echo(f"sweeper stopped after {passes} passes")
 
 
+@click.command("demo")
+@click.option("--sandbox-url", required=True, help="where the sandbox provider listens")
+def demo_command(sandbox_url: str) -> None:
+    """Seed demo data against the sandbox, print the logins, then wait for SIGTERM.
+
+    It keeps running so that `make run`'s process manager, which stops everything when
+    one process ends, keeps the others up.
+    """
+    import signal
+    import threading
+
+    from app import demo
+
+    config = current_app.config["RATCHET"]
+    demo.wait_for(f"{sandbox_url}/_sandbox/health")
+    demo.wait_for(f"{config.public_base_url}/healthz")
+    login = demo.seed(get_db(), get_box(), sandbox_url, config.public_base_url)
+    click.echo(f"Ratchet is up: {config.public_base_url}/")
+    click.echo(f"  sandbox provider: {sandbox_url}/_sandbox/numbers")
+    if login.password:
+        click.echo(f"  staff login: {login.email} / {login.password}")
+    else:
+        click.echo(
+            f"  staff login: {login.email} (password printed on the first run; "
+            "'flask --app wsgi staff create' makes another)"
+        )
+    if login.api_key:
+        click.echo(f"  demo tenant API key (shown once): {login.api_key}")
+        click.echo(f"  sent {len(demo.DEMO_RECIPIENTS)} demo messages through the API")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+
+
 @click.command("worker")
 @click.option("--lane", required=True, type=click.Choice(["reply", "campaign"]))
 @click.option("--burst", is_flag=True, help="stop when the queue is empty")
@@ -352,6 +387,7 @@ def worker_command(lane: str, burst: bool) -> None:
     from jobs.worker import run_worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per provider call
     click.echo(f"worker for the {lane} lane starting{' (burst)' if burst else ''}")
     run_worker(lane, burst=burst)
     click.echo(f"worker for the {lane} lane stopped")
@@ -373,4 +409,5 @@ def init_app(app: Flask) -> None:
     app.cli.add_command(sandbox_command)
     app.cli.add_command(worker_command)
     app.cli.add_command(sweep_command)
+    app.cli.add_command(demo_command)
     app.cli.add_command(message_cli)

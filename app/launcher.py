@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -36,22 +37,25 @@ def flask_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "flask", "--app", "wsgi", *args]
 
 
-def processes(port: int) -> dict[str, list[str]]:
+def processes(port: int, sandbox_port: int) -> dict[str, list[str]]:
     """Every long-running process of the system, by name."""
+    sandbox_url = f"http://127.0.0.1:{sandbox_port}"
+    web = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "2",
+           "--no-control-socket"]
     return {
-        "web": [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "2",
-            "--access-logfile",
-            "-",
-            "wsgi:app",
-        ],
+        "web": [*web, "wsgi:app"],
+        "reply": flask_command("worker", "--lane", "reply"),
+        "campaign": flask_command("worker", "--lane", "campaign"),
+        "sweeper": flask_command("sweep"),
+        "sandbox": flask_command("sandbox", "--port", str(sandbox_port)),
+        "demo": flask_command("demo", "--sandbox-url", sandbox_url),
     }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def main() -> int:
@@ -75,7 +79,8 @@ def main() -> int:
     try:
         subprocess.run(flask_command("db", "upgrade"), env=env, cwd=ROOT, check=True)
         manager = Manager()
-        for name, command in processes(port).items():
+        sandbox_port = int(os.environ.get("RATCHET_SANDBOX_PORT") or free_port())
+        for name, command in processes(port, sandbox_port).items():
             manager.add_process(name, shlex.join(command), env=env, cwd=str(ROOT))
         print(f"Ratchet is starting at {env['PUBLIC_BASE_URL']}/  (Ctrl-C stops everything)")
         sys.stdout.flush()
