@@ -212,12 +212,17 @@ def record_accepted(
     values: dict[str, Any] = {
         "provider_message_id": current.provider_message_id or provider_message_id,
         "lease_until": None,
-        "failure_class": None,
         "unknown_attempts": unknown_attempts,
     }
     if had_unknown:
         values["had_unknown_outcome"] = True
     session.execute(update(Message).where(*fenced(claim)).values(**values))
+    # A retry's class no longer describes it, unless a `failed` webhook got here first.
+    session.execute(
+        update(Message)
+        .where(*fenced(claim), Message.status != Status.FAILED.value)
+        .values(failure_class=None)
+    )
     transition = apply_status(
         session,
         claim.message_id,

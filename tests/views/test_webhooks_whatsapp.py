@@ -433,3 +433,18 @@ def test_a_status_for_an_earlier_cycles_id_is_recorded_not_applied(
         "stale",
         1,
     )
+
+
+def test_a_failed_webhook_that_beats_the_send_response_keeps_its_class_and_error(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    claim = claimed(db, world)
+    corr = message(db, claim.message_id).correlation_id
+    failed = status("wamid.RACE", "failed", at(3), correlation_id=corr)
+    deliver(client, encode(status_body([failed])))
+    with db.transaction() as session:
+        record_accepted(session, claim, "wamid.RACE", at(4), unknown_attempts=0, had_unknown=False)
+    row = message(db, claim.message_id)
+    assert (row.status, row.failure_class) == ("failed", "permanent")
+    assert row.last_error is not None and row.last_error["code"] == 131047
+    assert row.sent_at is None  # refused from failed (not "late"): no timestamp filled
