@@ -40,8 +40,16 @@ def flask_command(*args: str) -> list[str]:
 def processes(port: int, sandbox_port: int) -> dict[str, list[str]]:
     """Every long-running process of the system, by name."""
     sandbox_url = f"http://127.0.0.1:{sandbox_port}"
-    web = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "2",
-           "--no-control-socket"]
+    web = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        "2",
+        "--no-control-socket",
+    ]
     return {
         "web": [*web, "wsgi:app"],
         "reply": flask_command("worker", "--lane", "reply"),

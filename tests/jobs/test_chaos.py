@@ -16,7 +16,6 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 from redis import Redis
 from rq import Queue, Worker
