@@ -52,14 +52,20 @@ class Config:
     sweep_interval: float = 2.0
     rering_age: float = 30.0
     parked_max_age_days: int = 7
+    parked_retry_window: float = 600.0
     # Request limits.
     max_api_body: int = 64 * 1024
     max_webhook_body: int = 1024 * 1024
 
     @property
     def lease_seconds(self) -> float:
-        """Twice the provider deadline plus a margin: a live call always ends inside it."""
-        return 2 * self.provider_timeout + self.lease_margin
+        """Twice the provider deadline plus a margin, so a live call always ends inside it,
+        and at least the deadline plus the webhook grace, so a re-claim after a lost lease
+        has waited as long for the webhook as any other unknown outcome."""
+        return max(
+            2 * self.provider_timeout + self.lease_margin,
+            self.provider_timeout + self.webhook_grace,
+        )
 
     @classmethod
     def from_env(

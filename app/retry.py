@@ -78,9 +78,9 @@ def plan_after_failure(
 def plan_after_lost_lease(config: Config, unknown_attempts: int) -> Plan | None:
     """A re-claim after an expired lease: the lost attempt was an unknown outcome.
 
-    Returns a FAIL plan if that exhausts the cap, else None (go ahead and send).
+    `unknown_attempts` already counts it. Returns a FAIL plan if the cap is reached, else
+    None (go ahead and send).
     """
-    n = unknown_attempts + 1
-    if n >= config.cap_unknown:
-        return Plan(Step.FAIL, FailureClass.EXHAUSTED, None, n, 0)
+    if unknown_attempts >= config.cap_unknown:
+        return Plan(Step.FAIL, FailureClass.EXHAUSTED, None, unknown_attempts, 0)
     return None

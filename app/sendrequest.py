@@ -37,7 +37,8 @@ class Template(BaseModel):
 
 
 class SendRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    # No stripping: the text is sent as given, and "hi " is not the same request as "hi".
+    model_config = ConfigDict(extra="forbid")
 
     identity_id: int = Field(gt=0)
     to: str = Field(min_length=1, max_length=100)

@@ -43,6 +43,12 @@ from jobs.queues import ring
 log = logging.getLogger(__name__)
 
 
+LOST_LEASE_ERROR = {
+    "provider": None,
+    "message": "the worker's lease expired before it recorded an answer; outcome unknown",
+}
+
+
 def provider_key_for(message_id: int, key_cycle: int, fingerprint: str) -> str:
     """Stable for an intent (message and key cycle), derived, never random."""
     material = f"ratchet:{message_id}:{key_cycle}:{fingerprint}"
@@ -80,15 +86,15 @@ def send_one(
         assert message is not None and identity is not None
         if claim.lease_lost:
             mark_lost_attempt(session, claim, now)
-            exhausted = plan_after_lost_lease(config, message.unknown_attempts)
-            if exhausted is not None:
+            # The claim already counted the lost attempt as unknown.
+            if plan_after_lost_lease(config, message.unknown_attempts) is not None:
                 record_failed(
                     session,
                     claim,
                     now,
                     failure_class=FailureClass.EXHAUSTED.value,
-                    error=message.last_error,
-                    unknown_attempts=message.unknown_attempts + 1,
+                    error=message.last_error or LOST_LEASE_ERROR,
+                    unknown_attempts=message.unknown_attempts,
                     rate_limited_attempts=message.rate_limited_attempts,
                     had_unknown=True,
                 )
@@ -112,11 +118,10 @@ def send_one(
         )
         provider = get_provider(identity.provider)
         lane = message.lane
-        # A lease-expired re-claim: the lost attempt's outcome is unknown.
         counts = (
-            message.unknown_attempts + (1 if claim.lease_lost else 0),
+            message.unknown_attempts,
             message.rate_limited_attempts,
-            message.had_unknown_outcome or claim.lease_lost,
+            message.had_unknown_outcome,
         )
 
     # 2. Call, outside any transaction: the row is leased to us.

@@ -1,9 +1,10 @@
 """The sweeper: a database-driven loop, not an RQ job (it must survive a Redis flush).
 
 Every pass (DESIGN section 2):
-1. re-ring due messages not rung recently (queued, retries whose time has come, expired
-   leases), skipping paused identities; ringing twice is harmless by design;
-2. replay webhook statuses not yet applied (parked ones, and ones whose apply failed);
+1. replay webhook statuses not yet applied (ones whose apply failed, and recently parked);
+2. re-ring due messages not rung recently (queued, retries whose time has come, expired
+   leases, held messages whose identity is active again), skipping paused identities;
+   ringing twice is harmless by design;
 3. expire parked statuses no message matched within 7 days.
 """
 
@@ -50,17 +51,10 @@ class Pass:
 
 
 def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
+    # 1. Statuses first: a webhook that answered an unknown outcome must be applied before
+    #    the retry it makes unnecessary is rung.
     with db.transaction() as session:
-        due = take_unrung_due(session, now, timedelta(seconds=config.rering_age))
-    failed = [message_id for message_id, lane in due if not ring(send_message, lane, message_id)]
-    if failed:
-        # Leave them for the next pass rather than waiting out the re-ring age.
-        with db.transaction() as session:
-            for message_id in failed:
-                mark_unrung(session, message_id)
-
-    with db.transaction() as session:
-        pending = pending_status_ids(session)
+        pending = pending_status_ids(session, now, timedelta(seconds=config.parked_retry_window))
     replayed = still = 0
     for status_id in pending:
         try:
@@ -75,6 +69,17 @@ def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
         else:
             replayed += 1
 
+    # 2. Re-ring what is due and was not rung recently.
+    with db.transaction() as session:
+        due = take_unrung_due(session, now, timedelta(seconds=config.rering_age))
+    failed = [message_id for message_id, lane in due if not ring(send_message, lane, message_id)]
+    if failed:
+        # Leave them for the next pass rather than waiting out the re-ring age.
+        with db.transaction() as session:
+            for message_id in failed:
+                mark_unrung(session, message_id)
+
+    # 3. Parked statuses no message matched in 7 days: sends from other systems, normal.
     with db.transaction() as session:
         expired = expire_parked(session, now, timedelta(days=config.parked_max_age_days))
     return Pass(len(due) - len(failed), len(failed), replayed, still, expired)

@@ -116,6 +116,6 @@ def test_a_broken_sender_holds_the_message_and_counts_no_attempt() -> None:
 
 
 def test_a_lost_lease_counts_as_unknown_and_can_exhaust_the_cycle() -> None:
-    assert plan_after_lost_lease(CONFIG, 3) is None
-    exhausted = plan_after_lost_lease(CONFIG, 4)
+    assert plan_after_lost_lease(CONFIG, 4) is None  # the count includes the lost attempt
+    exhausted = plan_after_lost_lease(CONFIG, 5)
     assert exhausted is not None and exhausted.failure_class is FailureClass.EXHAUSTED

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import select, update
@@ -19,8 +19,8 @@ PROVIDERS = ("whatsapp", "twilio", "messenger", "instagram")
 class IdentitySecrets:
     """Decrypted secrets, for the provider call or a signature check; never logged."""
 
-    token: str
-    app_secret: str | None
+    token: str = field(repr=False)
+    app_secret: str | None = field(repr=False)
 
 
 def create_identity(

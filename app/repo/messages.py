@@ -287,6 +287,11 @@ def requeue_message(
             f"message {message_id} is {message.status}, not failed; only failed messages "
             "can be requeued"
         )
+    if message.lease_until is not None and message.lease_until > now:
+        raise RequeueRefusedError(
+            f"message {message_id} has an attempt still in flight until "
+            f"{message.lease_until:%H:%M:%S} UTC; requeue it after that"
+        )
     reached = reached_phone_after_failing(session, message_id, message.cycle)
     if reached and not force:
         raise RequeueRefusedError(

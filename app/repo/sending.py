@@ -40,6 +40,9 @@ def is_due(now: datetime) -> Any:
             or_(
                 and_(Message.next_attempt_at.is_not(None), Message.next_attempt_at <= now),
                 and_(Message.lease_until.is_not(None), Message.lease_until < now),
+                # Held for a broken sender (no next attempt, no lease): due once its identity
+                # is active again, even if a pause and a resume raced each other.
+                and_(Message.next_attempt_at.is_(None), Message.lease_until.is_(None)),
             ),
         ),
     )
@@ -86,6 +89,11 @@ def claim_message(
     }
     if row.status == Status.QUEUED.value:
         values["sending_at"] = now
+    if lease_lost:
+        # The attempt whose lease expired never reported: an unknown outcome, counted here
+        # in the claim itself so that workers dying one after another still reach the cap.
+        values["unknown_attempts"] = Message.unknown_attempts + 1
+        values["had_unknown_outcome"] = True
     paused = select(Identity.paused_at).where(Identity.id == Message.identity_id)
     changed = rows_changed(
         session,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Source, Status
@@ -59,7 +59,8 @@ class IncomingStatus:
 
     @property
     def dedupe_key(self) -> str:
-        return f"{self.provider}:{self.provider_message_id}:{self.status}"
+        # Scoped to the identity: another tenant naming our provider id cannot shadow ours.
+        return f"{self.provider}:{self.identity_id}:{self.provider_message_id}:{self.status}"
 
 
 def store_delivery(
@@ -160,7 +161,7 @@ def apply_webhook_status(session: Session, status_id: int, now: datetime) -> str
             else {"provider": row.provider, "message": "failed, no reason given"},
             "failure_class": payload.get("failure_class") or "needs_human",
             "next_attempt_at": None,
-            "lease_until": None,
+            # The lease stays: a retry may still be in flight, and a requeue must wait for it.
         }
     transition = apply_status(
         session,
@@ -244,18 +245,47 @@ def _match(session: Session, row: WebhookStatus, now: datetime) -> tuple[_Match 
             _record_stale(session, message_id, cycle, row, now)
             return None, message_id
 
+    # A provider id only an attempt knows: an earlier cycle's (recorded, not applied), or
+    # this cycle's from an attempt whose lease was lost before it recorded the id.
     earlier = session.execute(
-        select(Attempt.message_id, Attempt.cycle)
+        select(
+            Attempt.message_id,
+            Attempt.cycle,
+            Message.cycle.label("current"),
+            Message.provider_message_id,
+        )
         .join(Message, Message.id == Attempt.message_id)
         .where(
             Attempt.provider_message_id == row.provider_message_id,
             Message.identity_id == row.identity_id,
         )
         .order_by(Attempt.cycle.desc())
+        .with_for_update(of=Message)
     ).first()
-    if earlier is not None:
+    if earlier is not None and earlier.cycle < earlier.current:
         _record_stale(session, earlier.message_id, earlier.cycle, row, now)
         return None, earlier.message_id
+    if earlier is not None:
+        if earlier.provider_message_id is None:
+            session.execute(
+                update(Message)
+                .where(
+                    Message.id == earlier.message_id,
+                    Message.cycle == earlier.cycle,
+                    Message.provider_message_id.is_(None),
+                )
+                .values(provider_message_id=row.provider_message_id)
+            )
+        elif earlier.provider_message_id != row.provider_message_id:
+            record_double_send(
+                session,
+                earlier.message_id,
+                earlier.cycle,
+                earlier.provider_message_id,
+                row.provider_message_id,
+                now,
+            )
+        return _Match(earlier.message_id, earlier.cycle), None
     return None, None
 
 
@@ -364,13 +394,28 @@ def apply_parked(
     ]
 
 
-def pending_status_ids(session: Session, limit: int = 500) -> list[int]:
-    """Statuses not yet applied (parked, or whose application failed), oldest first."""
+def pending_status_ids(
+    session: Session, now: datetime, parked_window: timedelta, limit: int = 500
+) -> list[int]:
+    """Statuses to replay: every one whose application failed, and the recently parked.
+
+    A status parks when it beats the send response; the worker applies it when it
+    records the id, and this replay covers the short race between the two. Older parked
+    ones are mostly other systems' messages (normal): they wait for their id or expire,
+    instead of being retried on every pass.
+    """
     return list(
         session.scalars(
             select(WebhookStatus.id)
-            .where(WebhookStatus.applied_at.is_(None))
-            .order_by(WebhookStatus.received_at, WebhookStatus.id)
+            .where(
+                WebhookStatus.applied_at.is_(None),
+                or_(
+                    WebhookStatus.result.is_(None),
+                    WebhookStatus.result != Result.PARKED,
+                    WebhookStatus.received_at >= now - parked_window,
+                ),
+            )
+            .order_by(WebhookStatus.id)
             .limit(limit)
         )
     )

@@ -30,6 +30,7 @@ from ..conftest import T0
 from ..factories import make_message, make_world
 
 LEASE = timedelta(seconds=25)
+WINDOW = timedelta(minutes=10)
 
 
 def incoming(identity_id: int, wamid: str, word: str, correlation_id: str | None):
@@ -108,7 +109,7 @@ def test_a_status_racing_the_recorded_id_is_never_lost(
         assert status_now() == "delivered"
     # The sweeper's replay: whatever is still pending gets applied.
     with committed_db.transaction() as session:
-        pending = pending_status_ids(session)
+        pending = pending_status_ids(session, T0 + timedelta(seconds=5), WINDOW)
     for pending_id in pending:
         with committed_db.transaction() as session:
             apply_webhook_status(session, pending_id, T0 + timedelta(seconds=5))
@@ -123,9 +124,28 @@ def test_parked_statuses_that_never_match_expire_after_seven_days(db: Database) 
     status_id = store(db, incoming(world.identity_id, "wamid.NOBODY", "sent", None))
     with db.transaction() as session:
         assert apply_webhook_status(session, status_id, T0) == "parked"
+        assert pending_status_ids(session, T0 + timedelta(minutes=1), WINDOW) == [status_id]
+        # Past the window a parked status waits for its id (or expiry), not every pass.
+        assert pending_status_ids(session, T0 + timedelta(minutes=11), WINDOW) == []
         assert expire_parked(session, T0 + timedelta(days=6), timedelta(days=7)) == 0
-        assert pending_status_ids(session) == [status_id]
         assert expire_parked(session, T0 + timedelta(days=7, seconds=1), timedelta(days=7)) == 1
-        assert pending_status_ids(session) == []
         row = session.get(WebhookStatus, status_id, populate_existing=True)
         assert row is not None and row.result == "expired"
+
+
+def test_another_identity_naming_our_provider_id_does_not_shadow_our_status(
+    db: Database,
+) -> None:
+    ours = make_world(db)
+    theirs = make_world(db, name="globex", account_id="2000002")
+    message_id = make_message(db, ours)
+    with db.transaction() as session:
+        claim = claim_message(session, message_id, T0, LEASE)
+        assert claim is not None
+        record_accepted(session, claim, "wamid.SHARED", T0, unknown_attempts=0, had_unknown=False)
+    spoofed = store(db, incoming(theirs.identity_id, "wamid.SHARED", "read", None))
+    genuine = store(db, incoming(ours.identity_id, "wamid.SHARED", "read", None))
+    with db.transaction() as session:
+        assert apply_webhook_status(session, spoofed, T0) == "parked"  # not our message
+        assert apply_webhook_status(session, genuine, T0) == "applied"
+        assert session.get(Message, message_id, populate_existing=True).status == "read"  # type: ignore[union-attr]

@@ -1,0 +1,101 @@
+"""Workers that die mid-call, one after another, and a pause racing a resume: nothing sends
+without limit and nothing is left where no one will pick it up."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from app.config import Config
+from app.crypto import SecretBox
+from app.db import Database
+from app.lifecycle import Source, Status
+from app.models import Message
+from app.repo.identities import pause_identity, resume_identity
+from app.repo.messages import RequeueRefusedError, apply_status, requeue_message
+from app.repo.sending import claim_message, record_held
+from jobs.send import send_one
+
+from ..conftest import SECRET_KEY, T0
+from ..factories import make_message, make_world
+
+CONFIG = Config.from_env({}, {"secret_key": SECRET_KEY})
+LEASE = timedelta(seconds=CONFIG.lease_seconds)
+
+
+def test_workers_dying_after_every_claim_still_reach_the_unknown_cap(db: Database) -> None:
+    message_id = make_message(db, make_world(db))
+    now = T0
+    with db.transaction() as session:
+        assert claim_message(session, message_id, now, LEASE) is not None
+    # Each later worker finds the previous lease expired and dies before recording.
+    for lost in range(1, CONFIG.cap_unknown):
+        now += LEASE + timedelta(seconds=1)
+        with db.transaction() as session:
+            claim = claim_message(session, message_id, now, LEASE)
+            assert claim is not None and claim.lease_lost
+        with db.transaction() as session:
+            row = session.get(Message, message_id, populate_existing=True)
+            assert row is not None and row.unknown_attempts == lost and row.had_unknown_outcome
+    # The next re-claim counts the fifth lost attempt and fails the cycle without a call
+    # (the identity's base URL is unreachable: a call would be an `unknown`, not this).
+    now += LEASE + timedelta(seconds=1)
+    outcome, ring = send_one(db, SecretBox(SECRET_KEY), CONFIG, message_id, lambda: now)
+    assert (outcome, ring) == ("failed: exhausted", None)
+    with db.transaction() as session:
+        row = session.get(Message, message_id, populate_existing=True)
+        assert row is not None
+        assert (row.status, row.failure_class, row.unknown_attempts) == ("failed", "exhausted", 5)
+        assert row.last_error is not None and "lease expired" in row.last_error["message"]
+
+
+def test_a_held_message_left_behind_by_a_pause_racing_a_resume_is_due_again(
+    db: Database,
+) -> None:
+    world = make_world(db)
+    message_id = make_message(db, world)
+    with db.transaction() as session:
+        claim = claim_message(session, message_id, T0, LEASE)
+        assert claim is not None
+        # The resume ran first (nothing to release yet), then the hold committed.
+        record_held(session, claim, T0, error={"code": 190}, reason="code 190")
+        resume_identity(session, world.identity_id)
+    with db.transaction() as session:
+        again = claim_message(session, message_id, T0 + timedelta(seconds=1), LEASE)
+    assert again is not None and again.attempt == 2 and not again.lease_lost
+
+
+def test_a_paused_identitys_held_message_is_not_due(db: Database) -> None:
+    world = make_world(db)
+    message_id = make_message(db, world)
+    with db.transaction() as session:
+        claim = claim_message(session, message_id, T0, LEASE)
+        assert claim is not None
+        record_held(session, claim, T0, error={"code": 190}, reason="code 190")
+        assert not pause_identity(session, world.identity_id, "again", T0)  # already paused
+    with db.transaction() as session:
+        assert claim_message(session, message_id, T0 + timedelta(hours=1), LEASE) is None
+
+
+def test_requeue_waits_for_an_attempt_still_in_flight(db: Database) -> None:
+    message_id = make_message(db, make_world(db))
+    with db.transaction() as session:
+        claim = claim_message(session, message_id, T0, LEASE)
+        assert claim is not None
+        # A `failed` webhook lands while the attempt is still out.
+        apply_status(
+            session,
+            message_id,
+            Status.FAILED,
+            Source.WEBHOOK,
+            T0,
+            extra_values={"failure_class": "permanent"},
+        )
+    with db.transaction() as session, pytest.raises(RequeueRefusedError, match="in flight"):
+        requeue_message(session, message_id, T0 + timedelta(seconds=1), actor="ana")
+    with db.transaction() as session:
+        message = requeue_message(
+            session, message_id, T0 + LEASE + timedelta(seconds=1), actor="ana"
+        )
+    assert message.cycle == 2
