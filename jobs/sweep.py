@@ -20,9 +20,10 @@ from types import FrameType
 
 from app.config import Config
 from app.db import Database
+from app.repo.inbox import expire_parked, pending_status_ids
 from app.repo.messages import mark_unrung
 from app.repo.queue import take_unrung_due
-from app.repo.webhooks import apply_webhook_status, expire_parked, pending_status_ids
+from app.repo.webhooks import apply_webhook_status
 from jobs.queues import ring
 from jobs.send import send_message
 

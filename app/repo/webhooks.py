@@ -1,4 +1,5 @@
-"""The webhook inbox and the reconciler: raw deliveries, their statuses, matching, parking.
+"""The reconciler: each stored webhook status matched to its message and applied, refused or
+parked.
 
 Lock order, everywhere: the message row first, then the status row. The worker that
 records a provider id holds the message row and then applies the parked statuses; a
@@ -10,17 +11,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Source, Status
-from app.models import Attempt, Message, WebhookDelivery, WebhookStatus
+from app.models import Attempt, Message, WebhookStatus
 from app.repo.events import append_event
+from app.repo.inbox import Result, claim_status, finish_status, parked_status_ids
 from app.repo.messages import apply_status, parse_correlation_id
-from app.repo.sql import insert_ignoring_conflict, rows_changed
 
 log = logging.getLogger(__name__)
 
@@ -33,86 +34,6 @@ PROVIDER_WORDS: dict[str, Status] = {
     "failed": Status.FAILED,
     "undelivered": Status.FAILED,
 }
-
-
-class Result:
-    APPLIED = "applied"
-    REFUSED = "refused"
-    DUPLICATE = "duplicate"
-    PARKED = "parked"
-    STALE = "stale"  # the provider id belongs to an earlier cycle: recorded, not applied
-    IGNORED = "ignored"  # a provider status below `sent`, or one we do not track
-    EXPIRED = "expired"  # parked too long: no message ever matched
-
-
-@dataclass(frozen=True, slots=True)
-class IncomingStatus:
-    identity_id: int
-    provider: str
-    provider_message_id: str
-    status: str
-    provider_time: datetime | None
-    correlation_id: str | None = None
-    errors: tuple[dict[str, Any], ...] = ()
-    failure_class: str | None = None
-    raw: dict[str, Any] | None = None
-
-    @property
-    def dedupe_key(self) -> str:
-        # Scoped to the identity: another tenant naming our provider id cannot shadow ours.
-        return f"{self.provider}:{self.identity_id}:{self.provider_message_id}:{self.status}"
-
-
-def store_delivery(
-    session: Session,
-    provider: str,
-    identity_id: int | None,
-    headers: dict[str, str],
-    body: str,
-    now: datetime,
-) -> int:
-    delivery = WebhookDelivery(
-        provider=provider, identity_id=identity_id, headers=headers, body=body, received_at=now
-    )
-    session.add(delivery)
-    session.flush()
-    return delivery.id
-
-
-def store_statuses(
-    session: Session, delivery_id: int, statuses: list[IncomingStatus], now: datetime
-) -> tuple[list[int], int]:
-    """Insert each status once; returns the new rows' ids and how many were duplicates."""
-    new_ids: list[int] = []
-    duplicates = 0
-    for status in statuses:
-        status_id = insert_ignoring_conflict(
-            session,
-            WebhookStatus.__table__,
-            {
-                "delivery_id": delivery_id,
-                "provider": status.provider,
-                "identity_id": status.identity_id,
-                "dedupe_key": status.dedupe_key,
-                "provider_message_id": status.provider_message_id,
-                "correlation_id": status.correlation_id,
-                "status": status.status,
-                "provider_time": status.provider_time,
-                "received_at": now,
-                "payload": {
-                    "raw": status.raw,
-                    "errors": list(status.errors),
-                    "failure_class": status.failure_class,
-                },
-                "tries": 0,
-            },
-            ["dedupe_key"],
-        )
-        if status_id is None:
-            duplicates += 1
-        else:
-            new_ids.append(status_id)
-    return new_ids, duplicates
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +57,10 @@ def apply_webhook_status(session: Session, status_id: int, now: datetime) -> str
         return Result.DUPLICATE
     target = PROVIDER_WORDS.get(row.status)
     match, stale = _match(session, row, now)
-    if not _claim(session, status_id):
+    if not claim_status(session, status_id):
         return Result.DUPLICATE
     if match is None:
-        _finish(
+        finish_status(
             session,
             status_id,
             None if stale is None else now,
@@ -148,7 +69,7 @@ def apply_webhook_status(session: Session, status_id: int, now: datetime) -> str
         )
         return Result.PARKED if stale is None else Result.STALE
     if target is None:
-        _finish(session, status_id, now, Result.IGNORED, match.message_id)
+        finish_status(session, status_id, now, Result.IGNORED, match.message_id)
         return Result.IGNORED
 
     payload = row.payload or {}
@@ -194,7 +115,7 @@ def apply_webhook_status(session: Session, status_id: int, now: datetime) -> str
                 match.message_id,
                 transition.from_status,
             )
-    _finish(session, status_id, now, result, match.message_id)
+    finish_status(session, status_id, now, result, match.message_id)
     return result
 
 
@@ -221,25 +142,7 @@ def _match(session: Session, row: WebhookStatus, now: datetime) -> tuple[_Match 
             .with_for_update()
         ).first()
         if message is not None and cycle == message.cycle:
-            if message.provider_message_id is None:
-                session.execute(
-                    update(Message)
-                    .where(
-                        Message.id == message_id,
-                        Message.cycle == cycle,
-                        Message.provider_message_id.is_(None),
-                    )
-                    .values(provider_message_id=row.provider_message_id)
-                )
-            elif message.provider_message_id != row.provider_message_id:
-                record_double_send(
-                    session,
-                    message_id,
-                    cycle,
-                    message.provider_message_id,
-                    row.provider_message_id,
-                    now,
-                )
+            _adopt(session, message_id, cycle, message.provider_message_id, row, now)
             return _Match(message_id, cycle), None
         if message is not None and cycle < message.cycle:
             _record_stale(session, message_id, cycle, row, now)
@@ -266,27 +169,33 @@ def _match(session: Session, row: WebhookStatus, now: datetime) -> tuple[_Match 
         _record_stale(session, earlier.message_id, earlier.cycle, row, now)
         return None, earlier.message_id
     if earlier is not None:
-        if earlier.provider_message_id is None:
-            session.execute(
-                update(Message)
-                .where(
-                    Message.id == earlier.message_id,
-                    Message.cycle == earlier.cycle,
-                    Message.provider_message_id.is_(None),
-                )
-                .values(provider_message_id=row.provider_message_id)
-            )
-        elif earlier.provider_message_id != row.provider_message_id:
-            record_double_send(
-                session,
-                earlier.message_id,
-                earlier.cycle,
-                earlier.provider_message_id,
-                row.provider_message_id,
-                now,
-            )
+        _adopt(session, earlier.message_id, earlier.cycle, earlier.provider_message_id, row, now)
         return _Match(earlier.message_id, earlier.cycle), None
     return None, None
+
+
+def _adopt(
+    session: Session,
+    message_id: int,
+    cycle: int,
+    known_id: str | None,
+    row: WebhookStatus,
+    now: datetime,
+) -> None:
+    """This cycle's status names a provider id: record it if none is known yet; a second,
+    different id for the same cycle means the provider holds the message twice."""
+    if known_id is None:
+        session.execute(
+            update(Message)
+            .where(
+                Message.id == message_id,
+                Message.cycle == cycle,
+                Message.provider_message_id.is_(None),
+            )
+            .values(provider_message_id=row.provider_message_id)
+        )
+    elif known_id != row.provider_message_id:
+        record_double_send(session, message_id, cycle, known_id, row.provider_message_id, now)
 
 
 def _record_stale(
@@ -341,46 +250,6 @@ def record_double_send(
     )
 
 
-def _claim(session: Session, status_id: int) -> bool:
-    return (
-        rows_changed(
-            session,
-            update(WebhookStatus)
-            .where(WebhookStatus.id == status_id, WebhookStatus.applied_at.is_(None))
-            .values(tries=WebhookStatus.tries + 1),
-        )
-        == 1
-    )
-
-
-def _finish(
-    session: Session,
-    status_id: int,
-    applied_at: datetime | None,
-    result: str,
-    message_id: int | None,
-) -> None:
-    session.execute(
-        update(WebhookStatus)
-        .where(WebhookStatus.id == status_id)
-        .values(applied_at=applied_at, result=result, message_id=message_id)
-    )
-
-
-def parked_status_ids(session: Session, identity_id: int, provider_message_id: str) -> list[int]:
-    return list(
-        session.scalars(
-            select(WebhookStatus.id)
-            .where(
-                WebhookStatus.identity_id == identity_id,
-                WebhookStatus.provider_message_id == provider_message_id,
-                WebhookStatus.applied_at.is_(None),
-            )
-            .order_by(WebhookStatus.provider_time, WebhookStatus.id)
-        )
-    )
-
-
 def apply_parked(
     session: Session, identity_id: int, provider_message_id: str, now: datetime
 ) -> list[str]:
@@ -392,43 +261,3 @@ def apply_parked(
         apply_webhook_status(session, status_id, now)
         for status_id in parked_status_ids(session, identity_id, provider_message_id)
     ]
-
-
-def pending_status_ids(
-    session: Session, now: datetime, parked_window: timedelta, limit: int = 500
-) -> list[int]:
-    """Statuses to replay: every one whose application failed, and the recently parked.
-
-    A status parks when it beats the send response; the worker applies it when it
-    records the id, and this replay covers the short race between the two. Older parked
-    ones are mostly other systems' messages (normal): they wait for their id or expire,
-    instead of being retried on every pass.
-    """
-    return list(
-        session.scalars(
-            select(WebhookStatus.id)
-            .where(
-                WebhookStatus.applied_at.is_(None),
-                or_(
-                    WebhookStatus.result.is_(None),
-                    WebhookStatus.result != Result.PARKED,
-                    WebhookStatus.received_at >= now - parked_window,
-                ),
-            )
-            .order_by(WebhookStatus.id)
-            .limit(limit)
-        )
-    )
-
-
-def expire_parked(session: Session, now: datetime, max_age: timedelta) -> int:
-    """Parked statuses no message ever matched (sends from other systems are normal)."""
-    return rows_changed(
-        session,
-        update(WebhookStatus)
-        .where(
-            WebhookStatus.applied_at.is_(None),
-            WebhookStatus.received_at < now - max_age,
-        )
-        .values(applied_at=now, result=Result.EXPIRED),
-    )

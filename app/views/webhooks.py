@@ -28,12 +28,8 @@ from app.models import Identity
 from app.providers import get_provider
 from app.providers.base import Provider, WebhookBatch, WebhookFormatError
 from app.repo.identities import find_identity, identities_with_verify_token, reveal_secrets
-from app.repo.webhooks import (
-    IncomingStatus,
-    apply_webhook_status,
-    store_delivery,
-    store_statuses,
-)
+from app.repo.inbox import IncomingStatus, store_delivery, store_statuses
+from app.repo.webhooks import apply_webhook_status
 from app.repo.windows import open_window
 from app.views.errors import json_error
 

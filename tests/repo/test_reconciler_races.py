@@ -16,15 +16,15 @@ from sqlalchemy import select
 
 from app.db import Database
 from app.models import Message, WebhookStatus
-from app.repo.sending import claim_message, record_accepted, start_attempt
-from app.repo.webhooks import (
+from app.repo.inbox import (
     IncomingStatus,
-    apply_webhook_status,
     expire_parked,
     pending_status_ids,
     store_delivery,
     store_statuses,
 )
+from app.repo.sending import claim_message, record_accepted, start_attempt
+from app.repo.webhooks import apply_webhook_status
 
 from ..conftest import T0
 from ..factories import make_message, make_world

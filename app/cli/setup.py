@@ -1,18 +1,13 @@
-"""The operations CLI: `flask --app wsgi ...`. A stable interface; each command says what it did.
-
-Commands that create something print its key or id on their last line, for scripts.
-"""
+"""Setting up: the schema, tenants, sending identities and staff logins."""
 
 from __future__ import annotations
 
 import getpass
-import logging
 import secrets
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from flask import Flask, current_app
 from flask.cli import AppGroup
 from sqlalchemy.exc import IntegrityError
 
@@ -20,8 +15,7 @@ from app import migrate
 from app.clock import utcnow
 from app.crypto import get_box
 from app.db import get_db
-from app.repo import identities, messages, staff, tenants
-from app.repo.queue import dead_letters
+from app.repo import identities, staff, tenants
 from app.repo.sending import release_held
 from jobs.queues import ring
 from jobs.send import send_message
@@ -265,149 +259,3 @@ def staff_create(email: str, role: str, tenant_name: str | None, password: str |
     scope = f"tenant {tenant_name!r}" if tenant_name else "platform staff"
     click.echo(f"created {member.role} {member.email} ({scope}); password:")
     click.echo(password)
-
-
-message_cli = AppGroup("message", help="Messages: requeue, dead letters.")
-
-
-@message_cli.command("requeue")
-@click.argument("message_id", type=int)
-@click.option("--by", "actor", default=None, help="who requeues (default: the OS user)")
-@click.option("--force", is_flag=True, help="requeue although it may have reached the phone")
-@click.option("--reason", help="why; required with --force")
-def message_requeue(message_id: int, actor: str | None, force: bool, reason: str | None) -> None:
-    """Requeue a failed message as a new cycle (the one backward move), and ring it."""
-    actor = actor or os_user()
-    try:
-        with get_db().transaction() as session:
-            message = messages.requeue_message(
-                session, message_id, utcnow(), actor=actor, force=force, reason=reason
-            )
-            staff.record_audit(
-                session,
-                actor,
-                "message.requeue",
-                f"message:{message_id}",
-                utcnow(),
-                {"forced": force, "reason": reason, "cycle": message.cycle},
-            )
-    except messages.RequeueRefusedError as exc:
-        raise click.ClickException(str(exc)) from exc
-    key = (
-        "the same provider key (an earlier attempt's outcome was unknown: the provider may hold it)"
-        if message.provider_key_cycle != message.cycle
-        else "a new provider key (the failed cycle had only definite rejections)"
-    )
-    rung = ring(send_message, message.lane, message.id)
-    click.echo(
-        f"requeued message {message_id} by {actor} as cycle {message.cycle}, under {key}; "
-        + ("rung" if rung else "Redis unreachable: the sweeper will ring it")
-    )
-
-
-@message_cli.command("dead-letters")
-@click.option("--class", "failure_class", help="only this failure class")
-@click.option("--limit", default=100, show_default=True)
-def message_dead_letters(failure_class: str | None, limit: int) -> None:
-    """Failed messages with their class and verbatim reason, the actionable ones first."""
-    with get_db().transaction() as session:
-        letters = dead_letters(session, failure_class=failure_class, limit=limit)
-    if not letters:
-        click.echo("no dead letters" + (f" of class {failure_class}" if failure_class else ""))
-        return
-    click.echo(f"{'id':>8}  {'class':<12} {'code':>7}  {'failed at (UTC)':<19}  {'to':<16} reason")
-    for letter in letters:
-        failed_at = letter.failed_at.strftime("%Y-%m-%d %H:%M:%S") if letter.failed_at else ""
-        click.echo(
-            f"{letter.message_id:>8}  {letter.failure_class:<12} "
-            f"{letter.code if letter.code is not None else '':>7}  {failed_at:<19}  "
-            f"{letter.recipient:<16} {letter.title or ''}"
-        )
-    click.echo(f"{len(letters)} dead letters")
-
-
-@click.command("sweep")
-@click.option("--once", is_flag=True, help="one pass, then exit")
-def sweep_command(once: bool) -> None:
-    """Re-ring due messages, replay unapplied webhook statuses, expire old parked ones."""
-    from jobs.sweep import run_sweeper
-
-    config = current_app.config["RATCHET"]
-    click.echo(
-        f"sweeper starting (every {config.sweep_interval:g} s, re-ring after "
-        f"{config.rering_age:g} s)"
-        if not once
-        else "sweeping once"
-    )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    passes = run_sweeper(get_db(), config, utcnow, once=once, report=click.echo)
-    click.echo(f"sweeper stopped after {passes} passes")
-
-
-@click.command("demo")
-@click.option("--sandbox-url", required=True, help="where the sandbox provider listens")
-def demo_command(sandbox_url: str) -> None:
-    """Seed demo data against the sandbox, print the logins, then wait for SIGTERM.
-
-    It keeps running so that `make run`'s process manager, which stops everything when
-    one process ends, keeps the others up.
-    """
-    import signal
-    import threading
-
-    from app import demo
-
-    config = current_app.config["RATCHET"]
-    demo.wait_for(f"{sandbox_url}/_sandbox/health")
-    demo.wait_for(f"{config.public_base_url}/healthz")
-    login = demo.seed(get_db(), get_box(), sandbox_url, config.public_base_url)
-    click.echo(f"Ratchet is up: {config.public_base_url}/")
-    click.echo(f"  sandbox provider: {sandbox_url}/_sandbox/numbers")
-    if login.password:
-        click.echo(f"  staff login: {login.email} / {login.password}")
-    else:
-        click.echo(
-            f"  staff login: {login.email} (password printed on the first run; "
-            "'flask --app wsgi staff create' makes another)"
-        )
-    if login.api_key:
-        click.echo(f"  demo tenant API key (shown once): {login.api_key}")
-        click.echo(f"  sent {len(demo.DEMO_RECIPIENTS)} demo messages through the API")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-
-
-@click.command("worker")
-@click.option("--lane", required=True, type=click.Choice(["reply", "campaign"]))
-@click.option("--burst", is_flag=True, help="stop when the queue is empty")
-def worker_command(lane: str, burst: bool) -> None:
-    """Send the lane's messages until SIGTERM (a non-forking RQ worker)."""
-    from jobs.worker import run_worker
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per provider call
-    click.echo(f"worker for the {lane} lane starting{' (burst)' if burst else ''}")
-    run_worker(lane, burst=burst)
-    click.echo(f"worker for the {lane} lane stopped")
-
-
-@click.command("sandbox")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=0, type=int, help="0 picks a free port (printed)")
-def sandbox_command(host: str, port: int) -> None:
-    """Run the sandbox provider (the outside world for tests and the demo) until SIGTERM."""
-    from app.sandbox.server import serve
-
-    serve(host=host, port=port)
-
-
-def init_app(app: Flask) -> None:
-    for group in (db_cli, tenant_cli, identity_cli, staff_cli):
-        app.cli.add_command(group)
-    app.cli.add_command(sandbox_command)
-    app.cli.add_command(worker_command)
-    app.cli.add_command(sweep_command)
-    app.cli.add_command(demo_command)
-    app.cli.add_command(message_cli)
