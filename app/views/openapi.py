@@ -197,7 +197,11 @@ def document() -> dict[str, Any]:
                             "description": "Stored; each status applied, parked or "
                             "recorded as a duplicate (counts in `results`)."
                         },
-                        "400": _error("Not JSON, or not a WhatsApp webhook."),
+                        "202": {
+                            "description": "Signed, but not a shape Ratchet understands: "
+                            "kept verbatim, nothing applied."
+                        },
+                        "400": _error("Not JSON, or names no WhatsApp identity."),
                         "401": _error("An unknown identity, or the signature does not match."),
                         "413": _error("The body is larger than 1 MiB."),
                     },

@@ -6,7 +6,8 @@ For each delivery:
 2. The identities come from the routing ids alone; the signature is checked over the raw
    bytes with their secret, and every identity named must share it. Otherwise 401.
 3. The raw delivery and its statuses are committed first (duplicates dropped by key), and
-   inbound messages open their 24-hour windows.
+   inbound messages open their 24-hour windows. A signed delivery we cannot parse is kept
+   verbatim and acknowledged (202), so nothing is lost and Meta does not resend it forever.
 4. Each status is then applied in its own transaction; one that fails stays unapplied and
    the sweeper replays it.
 """
@@ -89,14 +90,17 @@ def receive(provider: Provider) -> ResponseReturnValue:
         known = [identity for identity in identities.values() if identity is not None]
         if not _verified(provider, raw, known):
             return json_error(401, "the signature does not match")
-        try:
-            batch = provider.parse_webhook(payload)
-        except WebhookFormatError as exc:
-            return json_error(400, f"not a {provider.name} webhook: {exc}")
         now = utcnow()
         delivery_id = store_delivery(
             session, provider.name, known[0].id, dict(request.headers), raw.decode("utf-8"), now
         )
+        try:
+            batch = provider.parse_webhook(payload)
+        except WebhookFormatError as exc:
+            # Signed by the provider but not a shape we know: kept verbatim for a person to
+            # read, and acknowledged, since a non-2xx would only make it come back.
+            log.error("%s delivery %s kept but not understood: %s", provider.name, delivery_id, exc)
+            return jsonify(received=0, stored=delivery_id, error=f"not understood: {exc}"), 202
         by_route = {rid: identity.id for rid, identity in identities.items() if identity}
         status_ids, duplicates = store_statuses(
             session, delivery_id, _incoming(provider, batch, by_route), now

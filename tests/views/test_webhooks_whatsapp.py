@@ -448,3 +448,16 @@ def test_a_failed_webhook_that_beats_the_send_response_keeps_its_class_and_error
     assert (row.status, row.failure_class) == ("failed", "permanent")
     assert row.last_error is not None and row.last_error["code"] == 131047
     assert row.sent_at is None  # refused from failed (not "late"): no timestamp filled
+
+
+def test_a_signed_delivery_we_cannot_parse_is_kept_verbatim_and_acknowledged(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    body = status_body([status("wamid.BAD", "sent", at(1))])
+    del body["entry"][0]["changes"][0]["value"]["statuses"][0]["timestamp"]
+    raw = encode(body)
+    response = deliver(client, raw)
+    assert response.status_code == 202 and "not understood" in response.get_json()["error"]
+    with db.transaction() as session:
+        (stored,) = session.scalars(select(WebhookDelivery)).all()
+    assert stored.body == raw.decode()
