@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from flask import Flask
 from flask.testing import FlaskCliRunner
@@ -256,7 +258,6 @@ def test_staff_create_prints_a_password_that_works(cli: FlaskCliRunner, db: Data
 def test_requeue_is_refused_when_a_refused_delivered_shows_it_reached_the_phone(
     cli: FlaskCliRunner, db: Database
 ) -> None:
-    from datetime import timedelta
 
     from app.lifecycle import Source, Status
     from app.repo.messages import apply_status
@@ -304,9 +305,13 @@ def test_requeue_is_refused_when_a_refused_delivered_shows_it_reached_the_phone(
 
 
 def test_sweep_once_says_what_it_did(cli: FlaskCliRunner, db: Database) -> None:
+    from app.clock import utcnow
+
     from .factories import make_message, make_world
 
-    make_message(db, make_world(db))
+    world = make_world(db)
+    make_message(db, world, now=utcnow())  # rung at creation: not due for a re-ring yet
+    make_message(db, world, now=utcnow() - timedelta(minutes=5))  # rung long ago
     result = run(cli, "sweep", "--once")
-    assert "sweep: rang 0 due messages" in result.output  # rung at creation, not yet stale
+    assert "sweep: rang 1 due messages" in result.output
     assert "sweeper stopped after 1 passes" in result.output

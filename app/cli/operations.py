@@ -8,6 +8,7 @@ from flask.cli import AppGroup
 from app.cli.setup import os_user
 from app.clock import utcnow
 from app.db import get_db
+from app.providers.base import FailureClass
 from app.repo import messages, staff
 from app.repo.queue import dead_letters
 from jobs.queues import ring
@@ -52,7 +53,12 @@ def message_requeue(message_id: int, actor: str | None, force: bool, reason: str
 
 
 @message_cli.command("dead-letters")
-@click.option("--class", "failure_class", help="only this failure class")
+@click.option(
+    "--class",
+    "failure_class",
+    type=click.Choice([c.value for c in FailureClass]),
+    help="only this failure class",
+)
 @click.option("--limit", default=100, show_default=True)
 def message_dead_letters(failure_class: str | None, limit: int) -> None:
     """Failed messages with their class and verbatim reason, the actionable ones first."""

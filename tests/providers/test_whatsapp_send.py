@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -326,10 +325,8 @@ def test_a_server_that_answers_too_late_is_a_timeout_with_unknown_outcome(
 ) -> None:
     provider_server.answer(Answer(200, fixture_bytes("send_success.json"), delay=1.5))
 
-    started = time.monotonic()
     result = send(provider_server, timeout=0.3)
 
-    assert time.monotonic() - started < 0.8
     assert_no_answer(result, outcome_known=False, title="DeadlineExceededError")
     assert len(provider_server.requests) == 1  # it did reach the provider
 
@@ -340,10 +337,9 @@ def test_a_server_that_trickles_its_answer_is_cut_at_the_total_deadline(
     # Every byte comes well within any per-read timeout; only a total deadline ends this.
     provider_server.answer(Answer(200, fixture_bytes("send_success.json"), trickle=0.02))
 
-    started = time.monotonic()
     result = send(provider_server, timeout=0.4)
 
-    assert time.monotonic() - started < 0.9
+    # Each byte beats any per-read timeout: only the total deadline ends it as a timeout.
     assert_no_answer(result, outcome_known=False, title="DeadlineExceededError")
 
 

@@ -1,7 +1,6 @@
 """The sandbox as a process and in-process: it announces itself and stops cleanly."""
 
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -44,12 +43,10 @@ def test_it_stops_promptly_while_a_send_hangs(tmp_path: Path) -> None:
             client.post(
                 "/v21.0/1/messages", headers={"Authorization": "Bearer t"}, json=send, timeout=0.3
             )
-    started = time.monotonic()
-
+    # The handler is still inside its 30 s hang: stopping must not wait for it (the stop
+    # gives the process 15 s, so waiting out the hang would raise TimeoutExpired).
     code, output = stop_sandbox_process(sandbox)
 
-    # The handler is still inside its 30 s hang: stopping must not wait for it.
-    assert time.monotonic() - started < 5
     assert code == 0, output
     assert "Traceback" not in output
 
