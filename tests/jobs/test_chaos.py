@@ -7,6 +7,8 @@ must have accepted each at most once.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -32,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 300
 HANGING = 12
 HANG_RECIPIENT = "15550000001"
+PR_SET_PDEATHSIG = 1
 
 
 def start(name: str, args: list[str], env: dict[str, str], logs: Path) -> subprocess.Popen:
@@ -42,7 +45,15 @@ def start(name: str, args: list[str], env: dict[str, str], logs: Path) -> subpro
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+            start_new_session=True,  # its own process group: RQ's scheduler child goes too
         )
+
+
+def die_with_parent() -> None:
+    """If pytest itself is killed, take the workers with it (Linux's PR_SET_PDEATHSIG), so
+    no stray worker consumes a later run's queue."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @pytest.mark.slow
@@ -129,6 +140,9 @@ def test_a_run_with_a_flushed_redis_and_a_killed_worker_loses_and_duplicates_not
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        for process in [*workers, sweeper]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # what is left of its group
     for name in ("worker0", "worker1", "worker2", "sweeper"):
         assert "Traceback" not in (tmp_path / f"{name}.log").read_text(), name
 

@@ -4,8 +4,10 @@ The sandbox runs as a separate process (``python -m app.sandbox --port 0``), as 
 so these tests also prove it starts, announces its port and stops cleanly.
 """
 
+import ctypes
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import threading
@@ -33,6 +35,11 @@ class SandboxProcess:
     stderr_path: Path
 
 
+def _die_with_parent() -> None:
+    """If pytest is killed, the sandbox goes with it (Linux's PR_SET_PDEATHSIG = 1)."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
 def start_sandbox_process(stderr_path: Path) -> SandboxProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     with stderr_path.open("w") as stderr:
@@ -43,6 +50,7 @@ def start_sandbox_process(stderr_path: Path) -> SandboxProcess:
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
+            preexec_fn=_die_with_parent,
         )
     assert process.stdout is not None
     with selectors.DefaultSelector() as selector:
