@@ -246,6 +246,26 @@ def record_accepted(
     return transition
 
 
+def _outcome_values(
+    failure_class: str,
+    error: dict[str, Any] | None,
+    unknown_attempts: int,
+    rate_limited_attempts: int,
+    had_unknown: bool,
+) -> dict[str, Any]:
+    """What every recorded failure writes: its class, the verbatim error, the counters."""
+    values: dict[str, Any] = {
+        "failure_class": failure_class,
+        "last_error": error,
+        "lease_until": None,
+        "unknown_attempts": unknown_attempts,
+        "rate_limited_attempts": rate_limited_attempts,
+    }
+    if had_unknown:
+        values["had_unknown_outcome"] = True  # never reset within a cycle
+    return values
+
+
 def record_retry(
     session: Session,
     claim: Claim,
@@ -257,18 +277,12 @@ def record_retry(
     rate_limited_attempts: int,
     had_unknown: bool,
 ) -> bool:
-    values: dict[str, Any] = {
-        "next_attempt_at": at,
-        # Rung for that time (RQ's scheduler); the sweeper re-rings only if it stays due.
-        "rung_at": at,
-        "lease_until": None,
-        "failure_class": failure_class,
-        "last_error": error,
-        "unknown_attempts": unknown_attempts,
-        "rate_limited_attempts": rate_limited_attempts,
-    }
-    if had_unknown:
-        values["had_unknown_outcome"] = True
+    values = _outcome_values(
+        failure_class, error, unknown_attempts, rate_limited_attempts, had_unknown
+    )
+    values["next_attempt_at"] = at
+    # Rung for that time (RQ's scheduler); the sweeper re-rings only if it stays due.
+    values["rung_at"] = at
     return (
         rows_changed(
             session,
@@ -291,16 +305,10 @@ def record_failed(
     rate_limited_attempts: int,
     had_unknown: bool,
 ) -> Transition:
-    extra: dict[str, Any] = {
-        "failure_class": failure_class,
-        "last_error": error,
-        "lease_until": None,
-        "next_attempt_at": None,
-        "unknown_attempts": unknown_attempts,
-        "rate_limited_attempts": rate_limited_attempts,
-    }
-    if had_unknown:
-        extra["had_unknown_outcome"] = True
+    extra = _outcome_values(
+        failure_class, error, unknown_attempts, rate_limited_attempts, had_unknown
+    )
+    extra["next_attempt_at"] = None
     return apply_status(
         session,
         claim.message_id,
