@@ -55,13 +55,6 @@ def secret_matches(secret: str, stored_hash: str) -> bool:
     return hmac.compare_digest(sha256_hex(secret), stored_hash)
 
 
-def mask(value: str | None, keep: int = 4) -> str:
-    """Show a secret as its last few characters only."""
-    if not value:
-        return ""
-    return "…" + value[-keep:] if len(value) > keep * 2 else "…"
-
-
 def hash_password(password: str) -> str:
     # Werkzeug's scrypt hash with a random salt: a well-kept implementation, already a dependency.
     return generate_password_hash(password)

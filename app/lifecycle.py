@@ -91,10 +91,6 @@ class Decision:
         return self.refusal is Refusal.LATE
 
 
-def rank(status: Status) -> int | None:
-    return RANK.get(status)
-
-
 def allowed_from(source: Source, target: Status) -> frozenset[Status]:
     """The states from which `source` may move a message to `target` (empty: never)."""
     return ALLOWED.get((source, target), frozenset())

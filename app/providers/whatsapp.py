@@ -179,6 +179,11 @@ def parse_error(http_status: int | None, text: str, document: Any) -> ProviderEr
     error = document.get("error") if isinstance(document, dict) else None
     if not isinstance(error, dict):
         return ProviderError(provider=NAME, http_status=http_status, raw=text)
+    return _error_from(error, http_status=http_status, raw=text)
+
+
+def _error_from(error: Mapping[str, Any], *, http_status: int | None, raw: str) -> ProviderError:
+    """One Graph error object (a send's answer, or an entry of a webhook's `errors`)."""
     message = _str(error.get("message"))
     return ProviderError(
         provider=NAME,
@@ -189,7 +194,7 @@ def parse_error(http_status: int | None, text: str, document: Any) -> ProviderEr
         message=message,
         details=_details(error.get("error_data")),
         trace_id=_str(error.get("fbtrace_id")),
-        raw=text,
+        raw=raw,
     )
 
 
@@ -222,17 +227,9 @@ def _message_id(document: Any) -> str | None:
 
 
 def _webhook_error(raw: Mapping[str, Any]) -> ProviderError:
-    message = _str(raw.get("message"))
-    return ProviderError(
-        provider=NAME,
-        code=_int(raw.get("code")),
-        subcode=_int(raw.get("error_subcode")),
-        title=_title(raw, message),
-        message=message,
-        details=_details(raw.get("error_data")),
-        trace_id=_str(raw.get("fbtrace_id")),
-        # The webhook's bytes are stored whole with the delivery; this is the one error.
-        raw=json.dumps(raw, ensure_ascii=False, separators=(",", ":")),
+    # The webhook's bytes are stored whole with the delivery; this is the one error.
+    return _error_from(
+        raw, http_status=None, raw=json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
     )
 
 

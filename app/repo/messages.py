@@ -29,10 +29,6 @@ class Transition:
     refusal: Refusal | None = None
     duplicate: bool = False
 
-    @property
-    def was_found(self) -> bool:
-        return self.from_status is not None
-
 
 def get_message(session: Session, message_id: int) -> Message | None:
     return session.get(Message, message_id, populate_existing=True)
