@@ -95,6 +95,10 @@ class Identity(Base):
     total_rate: Mapped[float] = mapped_column(Float, default=80.0)
     paused_at: Mapped[datetime | None]
     paused_reason: Mapped[str | None] = mapped_column(Text)
+    # A broken-sender answer to an attempt claimed before either of these is stale: it
+    # was given to the old token, and must not pause the identity again.
+    resumed_at: Mapped[datetime | None]
+    credentials_changed_at: Mapped[datetime | None]
     created_at: Mapped[datetime]
 
 
@@ -116,6 +120,8 @@ class Message(Base):
         Index("ix_messages_provider_message_id", "provider_message_id"),
         Index("ix_messages_correlation_id", "correlation_id", unique=True),
         Index("ix_messages_status_failed_at", "status", "failed_at"),
+        # Dead letters, actionable first: the rank is a value in SQL, set when it fails.
+        Index("ix_messages_dead_letters", "status", "dead_letter_rank", "failed_at", "id"),
         Index("ix_messages_thread", "identity_id", "recipient", "request_started_ms"),
     )
 
@@ -146,6 +152,11 @@ class Message(Base):
     lease_until: Mapped[datetime | None]
     rung_at: Mapped[datetime | None]
     failure_class: Mapped[str | None] = mapped_column(String(20))
+    # Set with `failed`: 0 = a person can act on it first (exhausted, template, window...).
+    dead_letter_rank: Mapped[int | None] = mapped_column(Integer)
+    # A verdict owed after the grace wait (`exhausted` once the last unknown outcome has had
+    # its webhook grace): the next claim records it instead of calling the provider.
+    pending_verdict: Mapped[str | None] = mapped_column(String(20))
     # Verbatim: provider, http_status, code, subcode, title, message, details, trace_id, raw.
     last_error: Mapped[dict[str, Any] | None]
     queued_at: Mapped[datetime | None]
@@ -228,7 +239,11 @@ class WebhookStatus(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     delivery_id: Mapped[int] = mapped_column(ForeignKey("webhook_deliveries.id"))
     provider: Mapped[str] = mapped_column(String(20))
-    identity_id: Mapped[int] = mapped_column(ForeignKey("identities.id"))
+    # Null for a status naming a number we do not know, in a delivery that verified: kept
+    # verbatim and unmatched (refusing the batch would make Meta resend it for ever).
+    identity_id: Mapped[int | None] = mapped_column(ForeignKey("identities.id"))
+    # The routing id the status came under (WhatsApp: phone_number_id).
+    routing_id: Mapped[str | None] = mapped_column(String(100))
     dedupe_key: Mapped[str] = mapped_column(String(400), unique=True)
     provider_message_id: Mapped[str | None] = mapped_column(String(200))
     correlation_id: Mapped[str | None] = mapped_column(String(512))
