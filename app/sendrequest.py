@@ -15,8 +15,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 MAX_KEY_LENGTH = 255
-E164_DIGITS = re.compile(r"^[1-9][0-9]{6,14}$")
-PAGE_SCOPED_ID = re.compile(r"^[0-9A-Za-z_-]{1,100}$")
+MAX_ID = 2**63 - 1  # PostgreSQL's bigint: every id we store is at most this
+NUL = "\x00"  # PostgreSQL text cannot hold it
+# Used with `fullmatch`: `$` would also match before a trailing newline.
+E164_DIGITS = re.compile(r"[1-9][0-9]{6,14}")
+PAGE_SCOPED_ID = re.compile(r"[0-9A-Za-z_-]{1,100}")
 PHONE_PROVIDERS = ("whatsapp", "twilio")
 
 
@@ -54,6 +57,13 @@ class SendRequest(BaseModel):
             raise ValueError("must be a whole number")
         return value
 
+    @field_validator("text", "idempotency_key")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        if value is not None and NUL in value:
+            raise ValueError("must not contain NUL characters")
+        return value
+
 
 def parse_send_request(payload: Any, header_key: str | None) -> SendRequest:
     """Validate the body and merge the `Idempotency-Key` header into it."""
@@ -74,6 +84,11 @@ def parse_send_request(payload: Any, header_key: str | None) -> SendRequest:
                 f"the Idempotency-Key header must be 1 to {MAX_KEY_LENGTH} characters",
                 "idempotency_key",
             )
+        if NUL in header_key:
+            raise RequestError(
+                "idempotency_key: the Idempotency-Key header must not contain NUL characters",
+                "idempotency_key",
+            )
         if request.idempotency_key is not None and request.idempotency_key != header_key:
             raise RequestError(
                 "the Idempotency-Key header and the body's idempotency_key differ; send one",
@@ -90,13 +105,13 @@ def normalise_recipient(provider: str, to: str) -> str:
     if provider in PHONE_PROVIDERS:
         digits = re.sub(r"[\s().-]", "", to)
         digits = digits.removeprefix("+")
-        if not E164_DIGITS.match(digits):
+        if not E164_DIGITS.fullmatch(digits):
             raise RequestError(
                 f"to: {to!r} is not a phone number in E.164 form (7 to 15 digits, `+` optional)",
                 "to",
             )
         return digits
-    if not PAGE_SCOPED_ID.match(to):
+    if not PAGE_SCOPED_ID.fullmatch(to):
         raise RequestError(f"to: {to!r} is not a Messenger or Instagram user id", "to")
     return to
 

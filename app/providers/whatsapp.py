@@ -111,7 +111,8 @@ class WhatsAppProvider:
         received = _header(headers, SIGNATURE_HEADER)
         if received is None or not received.startswith(SIGNATURE_PREFIX):
             return False
-        expected = hmac.new(secret.encode(), raw_body, hashlib.sha256).hexdigest()
+        # The secret as UTF-8, as Meta keys the HMAC; it may hold non-ASCII characters.
+        expected = hmac.new(secret.encode("utf-8"), raw_body, hashlib.sha256).hexdigest()
         # Bytes on both sides: compare_digest refuses non-ASCII str, and a forged header
         # may hold anything.
         given = received[len(SIGNATURE_PREFIX) :].strip().lower().encode("utf-8", "replace")

@@ -2,6 +2,9 @@
 
 Each status is stored once (its dedupe key: provider, identity, provider id, status), and
 stays unapplied until the reconciler (`app/repo/webhooks.py`) applies, refuses or parks it.
+A status under a number we do not know (in a delivery another number's secret verified)
+has no identity: it is stored verbatim, already finished as `unmatched`, so nothing ever
+tries to match it to a message.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ class Result:
     STALE = "stale"  # the provider id belongs to an earlier cycle: recorded, not applied
     IGNORED = "ignored"  # a provider status below `sent`, or one we do not track
     EXPIRED = "expired"  # parked too long: no message ever matched
+    UNMATCHED = "unmatched"  # under a number we do not know: kept, never matched
 
 
 @dataclass(frozen=True, slots=True)
 class IncomingStatus:
-    identity_id: int
+    """One status to store; `identity_id` None means its routing id names no identity."""
+
+    identity_id: int | None
     provider: str
     provider_message_id: str
     status: str
@@ -38,11 +44,18 @@ class IncomingStatus:
     errors: tuple[dict[str, Any], ...] = ()
     failure_class: str | None = None
     raw: dict[str, Any] | None = None
+    routing_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.identity_id is None and self.routing_id is None:
+            raise ValueError("a status without an identity needs the routing id it came under")
 
     @property
     def dedupe_key(self) -> str:
         # Scoped to the identity: another tenant naming our provider id cannot shadow ours.
-        return f"{self.provider}:{self.identity_id}:{self.provider_message_id}:{self.status}"
+        # Without one, to the routing id (`route=` cannot collide with a numeric identity id).
+        scope = self.identity_id if self.identity_id is not None else f"route={self.routing_id}"
+        return f"{self.provider}:{scope}:{self.provider_message_id}:{self.status}"
 
 
 def store_delivery(
@@ -64,10 +77,18 @@ def store_delivery(
 def store_statuses(
     session: Session, delivery_id: int, statuses: list[IncomingStatus], now: datetime
 ) -> tuple[list[int], int]:
-    """Insert each status once; returns the new rows' ids and how many were duplicates."""
-    new_ids: list[int] = []
+    """Insert each status once; returns the ids of the new rows to apply (in the order
+    given) and how many were duplicates. New unmatched rows (no identity) are stored
+    finished, so they are in neither: given - duplicates - len(ids) of them were stored.
+    """
+    # One order for every delivery: two deliveries inserting the same keys in opposite
+    # orders would each hold the unique-index entry the other waits for (a deadlock).
+    order = sorted(range(len(statuses)), key=lambda i: statuses[i].dedupe_key)
+    new_ids: dict[int, int] = {}
     duplicates = 0
-    for status in statuses:
+    for index in order:
+        status = statuses[index]
+        unmatched = status.identity_id is None
         status_id = insert_ignoring_conflict(
             session,
             WebhookStatus.__table__,
@@ -75,6 +96,7 @@ def store_statuses(
                 "delivery_id": delivery_id,
                 "provider": status.provider,
                 "identity_id": status.identity_id,
+                "routing_id": status.routing_id,
                 "dedupe_key": status.dedupe_key,
                 "provider_message_id": status.provider_message_id,
                 "correlation_id": status.correlation_id,
@@ -87,14 +109,17 @@ def store_statuses(
                     "failure_class": status.failure_class,
                 },
                 "tries": 0,
+                # Finished on arrival: the sweeper's replay and expiry skip it for good.
+                "applied_at": now if unmatched else None,
+                "result": Result.UNMATCHED if unmatched else None,
             },
             ["dedupe_key"],
         )
         if status_id is None:
             duplicates += 1
-        else:
-            new_ids.append(status_id)
-    return new_ids, duplicates
+        elif not unmatched:
+            new_ids[index] = status_id
+    return [new_ids[index] for index in sorted(new_ids)], duplicates
 
 
 def claim_status(session: Session, status_id: int) -> bool:

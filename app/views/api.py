@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime
 from typing import Any
@@ -15,6 +14,7 @@ from app.config import Config
 from app.db import get_db
 from app.lifecycle import TIMESTAMP_FIELD
 from app.models import Message
+from app.providers import PROVIDERS
 from app.repo.identities import get_identity
 from app.repo.messages import (
     NewMessage,
@@ -24,7 +24,14 @@ from app.repo.messages import (
 )
 from app.repo.tenants import authenticate
 from app.repo.windows import is_window_open
-from app.sendrequest import RequestError, fingerprint, normalise_recipient, parse_send_request
+from app.sendrequest import (
+    MAX_ID,
+    RequestError,
+    fingerprint,
+    normalise_recipient,
+    parse_send_request,
+)
+from app.views.body import BodyError, parse_json, read_body
 from app.views.errors import json_error
 from app.views.openapi import document as openapi_document
 from jobs.queues import ring
@@ -79,13 +86,12 @@ def _iso(value: datetime | None) -> str | None:
 
 def _read_json() -> Any:
     config: Config = current_app.config["RATCHET"]
-    request.max_content_length = config.max_api_body  # 413 before the body is read whole
     if request.mimetype != "application/json":
         raise RequestError("send the body as JSON with `Content-Type: application/json`")
-    raw = request.get_data(cache=True)
+    raw = read_body(config.max_api_body)  # 413 over the limit, chunked or not
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return parse_json(raw)
+    except BodyError as exc:
         raise RequestError(f"the body is not valid JSON: {exc}") from exc
 
 
@@ -104,11 +110,20 @@ def create() -> ResponseReturnValue:
     now = utcnow()
     db = get_db()
     with db.transaction() as session:
-        identity = get_identity(session, send.identity_id)
+        # An id past the database's range names no row (and cannot be sent as a bigint).
+        identity = get_identity(session, send.identity_id) if send.identity_id <= MAX_ID else None
         if identity is None or identity.tenant_id != g.tenant_id:
             return json_error(
                 422,
                 f"identity_id {send.identity_id} is not one of your identities",
+                field="identity_id",
+            )
+        if identity.provider not in PROVIDERS:
+            # Accepting it would promise a send that can never happen: it would wait for ever.
+            return json_error(
+                422,
+                f"identity {identity.id} sends through {identity.provider}, which Ratchet "
+                "cannot send through yet; nothing was stored",
                 field="identity_id",
             )
         try:
@@ -160,8 +175,10 @@ def _default_lane(
 
 @bp.get("/messages/<int:message_id>")
 def show(message_id: int) -> ResponseReturnValue:
-    with get_db().transaction() as session:
-        message = get_tenant_message(session, g.tenant_id, message_id)
+    message = None
+    if message_id <= MAX_ID:  # a larger id names no row (and cannot be sent as a bigint)
+        with get_db().transaction() as session:
+            message = get_tenant_message(session, g.tenant_id, message_id)
     if message is None:
         return json_error(404, f"message {message_id} not found")
     return jsonify(message_json(message))

@@ -111,17 +111,19 @@ def document() -> dict[str, Any]:
                             "content": {"application/json": {"schema": message_ref}},
                         },
                         "400": _error(
-                            "Malformed JSON, a missing or invalid field, an "
-                            "invalid recipient, neither or both of text and "
-                            "template, or two different idempotency keys."
+                            "Malformed JSON (including nesting too deep or a number of "
+                            "too many digits), a missing or invalid field, a NUL character "
+                            "in the text or the key, an invalid recipient, neither or both "
+                            "of text and template, or two different idempotency keys."
                         ),
                         "401": _error("No API key, or not a valid one."),
-                        "413": _error("The body is larger than 64 KiB."),
+                        "413": _error("The body is larger than 64 KiB, however it is framed."),
                         "415": _error("The body is not `application/json`."),
                         "422": {
-                            "description": "The identity is not one of yours, or the key was "
-                            "already used for a different request (`existing_id` names the "
-                            "message it created).",
+                            "description": "The identity is not one of yours (or no identity "
+                            "could have that id), its provider is not one Ratchet can send "
+                            "through yet, or the key was already used for a different request "
+                            "(`existing_id` names the message it created).",
                             "content": {
                                 "application/json": {
                                     "schema": {"$ref": "#/components/schemas/ConflictError"}
@@ -194,16 +196,22 @@ def document() -> dict[str, Any]:
                     },
                     "responses": {
                         "200": {
-                            "description": "Stored; each status applied, parked or "
-                            "recorded as a duplicate (counts in `results`)."
+                            "description": "Stored; each status applied, parked, recorded "
+                            "as a duplicate, or kept unmatched under a number Ratchet does "
+                            "not know (counts in `results`)."
                         },
                         "202": {
                             "description": "Signed, but not a shape Ratchet understands: "
                             "kept verbatim, nothing applied."
                         },
-                        "400": _error("Not JSON, or names no WhatsApp identity."),
-                        "401": _error("An unknown identity, or the signature does not match."),
-                        "413": _error("The body is larger than 1 MiB."),
+                        "400": _error(
+                            "Not JSON, names no WhatsApp identity, or names more than 100."
+                        ),
+                        "401": _error(
+                            "No identity it names is known, or the signature does not match "
+                            "(one answer for both)."
+                        ),
+                        "413": _error("The body is larger than 1 MiB, however it is framed."),
                     },
                 },
             },

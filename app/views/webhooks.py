@@ -2,12 +2,17 @@
 with unknown ids and duplicates: a non-2xx makes Meta redeliver the whole batch.
 
 For each delivery:
-1. Over 1 MiB: 413, before the body is read whole.
-2. The identities come from the routing ids alone; the signature is checked over the raw
-   bytes with their secret, and every identity named must share it. Otherwise 401.
+1. Over 1 MiB: 413, however the body is framed (`app/views/body.py`). Not JSON, or naming
+   more numbers than a real delivery does: 400, before any lookup.
+2. The identities come from the routing ids alone, in one query; the signature is checked
+   over the raw bytes with the secret of the identities that exist, and every one of them
+   must share it. Otherwise 401, with one answer whether no number was known or the
+   signature did not match, so the endpoint does not tell which numbers exist.
 3. The raw delivery and its statuses are committed first (duplicates dropped by key), and
-   inbound messages open their 24-hour windows. A signed delivery we cannot parse is kept
-   verbatim and acknowledged (202), so nothing is lost and Meta does not resend it forever.
+   inbound messages open their 24-hour windows. Statuses under numbers we do not know are
+   kept verbatim and unmatched (refusing them would make Meta resend the batch for ever,
+   and the known number's statuses would never apply). A signed delivery we cannot parse
+   is kept verbatim and acknowledged (202), so nothing is lost and Meta does not resend it.
 4. Each status is then applied in its own transaction; one that fails stays unapplied and
    the sweeper replays it.
 """
@@ -15,7 +20,6 @@ For each delivery:
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -28,10 +32,12 @@ from app.db import get_db
 from app.models import Identity
 from app.providers import get_provider
 from app.providers.base import Provider, WebhookBatch, WebhookFormatError
-from app.repo.identities import find_identity, identities_with_verify_token, reveal_secrets
-from app.repo.inbox import IncomingStatus, store_delivery, store_statuses
+from app.repo.identities import identities_with_verify_token, reveal_secrets
+from app.repo.inbox import IncomingStatus, Result, store_delivery, store_statuses
+from app.repo.routing import identities_by_routing_id
 from app.repo.webhooks import apply_webhook_status
 from app.repo.windows import open_window
+from app.views.body import BodyError, parse_json, read_body
 from app.views.errors import json_error
 
 log = logging.getLogger(__name__)
@@ -40,6 +46,13 @@ bp = Blueprint("webhooks", __name__, url_prefix="/webhooks")
 
 # Meta's apps: one app secret, one verify token per identity of these providers.
 META_PROVIDERS = {"whatsapp": ("whatsapp",), "messenger": ("messenger", "instagram")}
+
+# A real delivery names a handful of numbers; 100 is far above that, and caps the one
+# lookup an unsigned body can make us run.
+MAX_ROUTING_IDS = 100
+
+# The one answer for "no number named is ours" and "the signature does not match".
+UNVERIFIED = "the delivery is not signed by an identity it names"
 
 
 @bp.get("/whatsapp")
@@ -68,28 +81,37 @@ def _handshake(providers: tuple[str, ...]) -> ResponseReturnValue:
 
 def receive(provider: Provider) -> ResponseReturnValue:
     config: Config = current_app.config["RATCHET"]
-    request.max_content_length = config.max_webhook_body
-    raw = request.get_data(cache=True)
+    raw = read_body(config.max_webhook_body)
     try:
-        payload = json.loads(raw)
+        payload = parse_json(raw)
         if not isinstance(payload, dict):
             raise WebhookFormatError("the body is not a JSON object")
         routing_ids = provider.routing_ids(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError, WebhookFormatError) as exc:
+    except (BodyError, WebhookFormatError) as exc:
         return json_error(400, f"not a {provider.name} webhook: {exc}")
     if not routing_ids:
         return json_error(400, f"the delivery names no {provider.name} identity")
+    if len(routing_ids) > MAX_ROUTING_IDS:
+        return json_error(
+            400,
+            f"the delivery names {len(routing_ids)} {provider.name} identities; "
+            f"a real one names at most {MAX_ROUTING_IDS}",
+        )
 
     db = get_db()
     with db.transaction() as session:
-        identities = {rid: find_identity(session, provider.name, rid) for rid in routing_ids}
-        unknown = [rid for rid, identity in identities.items() if identity is None]
+        by_route = identities_by_routing_id(session, provider.name, routing_ids)
+        known = list(by_route.values())
+        if not known or not _verified(provider, raw, known):
+            log.warning(
+                "%s webhook refused: %s",
+                provider.name,
+                "no known identity named" if not known else "the signature does not match",
+            )
+            return json_error(401, UNVERIFIED)
+        unknown = [rid for rid in routing_ids if rid not in by_route]
         if unknown:
-            log.warning("%s webhook for unknown identities %s: refused", provider.name, unknown)
-            return json_error(401, "the delivery names an identity this service does not have")
-        known = [identity for identity in identities.values() if identity is not None]
-        if not _verified(provider, raw, known):
-            return json_error(401, "the signature does not match")
+            log.warning("%s webhook names unknown identities %s", provider.name, unknown)
         now = utcnow()
         delivery_id = store_delivery(
             session, provider.name, known[0].id, dict(request.headers), raw.decode("utf-8"), now
@@ -101,18 +123,23 @@ def receive(provider: Provider) -> ResponseReturnValue:
             # read, and acknowledged, since a non-2xx would only make it come back.
             log.error("%s delivery %s kept but not understood: %s", provider.name, delivery_id, exc)
             return jsonify(received=0, stored=delivery_id, error=f"not understood: {exc}"), 202
-        by_route = {rid: identity.id for rid, identity in identities.items() if identity}
-        status_ids, duplicates = store_statuses(
-            session, delivery_id, _incoming(provider, batch, by_route), now
+        ids = {rid: identity.id for rid, identity in by_route.items()}
+        incoming = _incoming(provider, batch, ids)
+        status_ids, duplicates = store_statuses(session, delivery_id, incoming, now)
+        unmatched = len(incoming) - duplicates - len(status_ids)
+        # Sorted for the reason the statuses are: one lock order for every delivery.
+        inbound = sorted(
+            (item for item in batch.inbound if item.routing_id in ids),
+            key=lambda item: (ids[item.routing_id], item.sender),
         )
-        for inbound in batch.inbound:
-            open_window(
-                session, by_route[inbound.routing_id], inbound.sender, inbound.provider_time
-            )
+        for item in inbound:
+            open_window(session, ids[item.routing_id], item.sender, item.provider_time)
         for reported in batch.errors:
             log.warning("%s reported an error: %s", provider.name, reported.error.to_dict())
 
     counts: dict[str, int] = {"duplicate": duplicates}
+    if unmatched:
+        counts[Result.UNMATCHED] = unmatched
     for status_id in status_ids:
         result = _apply_one(status_id)
         counts[result] = counts.get(result, 0) + 1
@@ -125,8 +152,11 @@ def _verified(provider: Provider, raw: bytes, identities: list[Identity]) -> boo
     first = secrets[0]
     if not first or not provider.verify_signature(raw, dict(request.headers), first):
         return False
-    # Every identity the delivery names must share the secret that verified it.
-    return all(hmac.compare_digest(first, other) for other in secrets[1:])
+    # Every known identity the delivery names must share the secret that verified it.
+    # As bytes: compare_digest refuses a str with non-ASCII characters.
+    return all(
+        hmac.compare_digest(first.encode("utf-8"), other.encode("utf-8")) for other in secrets[1:]
+    )
 
 
 def _incoming(
@@ -142,7 +172,8 @@ def _incoming(
             ).value
         statuses.append(
             IncomingStatus(
-                identity_id=by_route[update.routing_id],
+                identity_id=by_route.get(update.routing_id),
+                routing_id=update.routing_id,
                 provider=provider.name,
                 provider_message_id=update.provider_message_id,
                 status=update.status,

@@ -1,0 +1,37 @@
+"""The identities a webhook delivery names, looked up in one query before it is verified.
+
+The lookup runs for unauthenticated requests, so it costs one statement however many
+routing ids the body names, and a routing id no identity could have never reaches the
+database (a NUL cannot be sent to PostgreSQL as text at all).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.models import Identity
+
+ACCOUNT_ID_LENGTH = 100  # identities.account_id is String(100)
+
+
+def identities_by_routing_id(
+    session: Session, provider: str, routing_ids: list[str]
+) -> dict[str, Identity]:
+    """{routing id: identity} for the ids an identity of `provider` has, in the order given."""
+    candidates = [rid for rid in routing_ids if _could_be_account_id(rid)]
+    if not candidates:
+        return {}
+    found = {
+        identity.account_id: identity
+        for identity in session.scalars(
+            select(Identity).where(
+                Identity.provider == provider, Identity.account_id.in_(candidates)
+            )
+        )
+    }
+    return {rid: found[rid] for rid in routing_ids if rid in found}
+
+
+def _could_be_account_id(routing_id: str) -> bool:
+    return 0 < len(routing_id) <= ACCOUNT_ID_LENGTH and "\x00" not in routing_id
