@@ -12,6 +12,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.correlation import derive_key
+
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
@@ -55,9 +57,16 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 class Database:
-    def __init__(self, url: str, **engine_kwargs: Any) -> None:
+    """The engine and its units of work.
+
+    Every session carries the installation's correlation key in `session.info`, so the repo
+    functions that issue or read correlation ids need no Flask and no extra argument.
+    """
+
+    def __init__(self, url: str, *, correlation_key: bytes = b"", **engine_kwargs: Any) -> None:
         self.engine = build_engine(url, **engine_kwargs)
-        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.info = {"correlation_key": correlation_key}
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False, info=self.info)
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -72,7 +81,10 @@ class Database:
         its own units of work, which become savepoints of the outer transaction.
         """
         self.sessions = sessionmaker(
-            bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
+            bind=connection,
+            join_transaction_mode="create_savepoint",
+            expire_on_commit=False,
+            info=self.info,
         )
 
     def dispose(self) -> None:
@@ -80,7 +92,10 @@ class Database:
 
 
 def init_app(app: Flask, database: Database | None = None) -> None:
-    app.extensions["ratchet.db"] = database or Database(app.config["RATCHET"].database_url)
+    config = app.config["RATCHET"]
+    app.extensions["ratchet.db"] = database or Database(
+        config.database_url, correlation_key=derive_key(config.secret_key)
+    )
 
 
 def get_db() -> Database:

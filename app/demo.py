@@ -75,7 +75,9 @@ def seed(db: Database, box: SecretBox, sandbox_url: str, public_url: str) -> Dem
             )
         else:
             # The sandbox picks a new port each run.
-            identities.update_identity(session, box, identity.id, base_url=f"{sandbox_url}/v21.0")
+            identities.update_identity(
+                session, box, identity.id, base_url=f"{sandbox_url}/v21.0", now=utcnow()
+            )
         password = None
         if staff.get_staff_by_email(session, STAFF_EMAIL) is None:
             password = secrets.token_urlsafe(10)

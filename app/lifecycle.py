@@ -39,6 +39,17 @@ RANK: dict[Status, int] = {
     Status.READ: 4,
 }
 
+# A provider's word for a status -> ours. Words absent here (Twilio's queued, accepted,
+# sending, scheduled; WhatsApp's deleted, played, ...) are recorded and change nothing.
+PROVIDER_WORDS: dict[str, Status] = {
+    "sent": Status.SENT,
+    "delivered": Status.DELIVERED,
+    "read": Status.READ,
+    "failed": Status.FAILED,
+    "undelivered": Status.FAILED,
+}
+FAILED_WORDS: tuple[str, ...] = tuple(w for w, s in PROVIDER_WORDS.items() if s is Status.FAILED)
+
 # The column holding the time each state was first reached in the current cycle.
 TIMESTAMP_FIELD: dict[Status, str] = {status: f"{status.value}_at" for status in Status}
 

@@ -19,6 +19,9 @@ class Step(StrEnum):
     RETRY = "retry"  # stay `sending`, next attempt at `at`
     FAIL = "fail"  # `sending -> failed` with `failure_class`
     HOLD = "hold"  # stay `sending`, no next attempt, identity paused
+    # The cap is reached on an unknown outcome: stay `sending` for the webhook grace, then
+    # record `failure_class` (exhausted) unless a webhook answered meanwhile.
+    VERDICT = "verdict"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +57,10 @@ def plan_after_failure(
     if failure is FailureClass.UNKNOWN:
         n = unknown_attempts + 1
         if n >= config.cap_unknown:
-            return Plan(Step.FAIL, FailureClass.EXHAUSTED, None, n, rate_limited_attempts)
+            # The provider may have this one too: give its webhook the same grace as any
+            # other unknown before calling the cycle exhausted.
+            at = now + timedelta(seconds=config.webhook_grace)
+            return Plan(Step.VERDICT, FailureClass.EXHAUSTED, at, n, rate_limited_attempts)
         # Wait for the provider's webhook before sending again: it may have the message.
         wait = max(config.webhook_grace, backoff(config, n, jitter))
         return Plan(Step.RETRY, failure, now + timedelta(seconds=wait), n, rate_limited_attempts)

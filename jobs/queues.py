@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from flask import Flask, current_app
@@ -58,11 +58,19 @@ def ring(func: Callable[..., Any], lane: str, *args: Any, at: datetime | None = 
         if at is None:
             queue.enqueue(func, *args)
         else:
-            queue.enqueue_at(at, func, *args)
+            queue.enqueue_at(whole_second_after(at), func, *args)
     except RedisError as exc:
         log.warning("could not ring %s%r on %s: %s", func.__name__, args, lane, exc)
         return False
     return True
+
+
+def whole_second_after(at: datetime) -> datetime:
+    """RQ's scheduler keeps times to whole seconds, cutting the fraction off, so a job rung
+    for 10.7 s would run from 10.0 s: before its message is due. Round up instead."""
+    if at.microsecond == 0:
+        return at
+    return at.replace(microsecond=0) + timedelta(seconds=1)
 
 
 def is_reachable(redis: Redis | None = None) -> bool:

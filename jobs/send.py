@@ -22,13 +22,16 @@ from app.clock import utcnow
 from app.config import Config
 from app.crypto import SecretBox, get_box
 from app.db import Database, get_db
-from app.providers import get_provider
+from app.models import Identity
+from app.providers import PROVIDERS, get_provider
 from app.providers.base import Credentials, FailureClass, OutboundMessage, SendResult
-from app.repo.identities import get_identity, reveal_secrets
+from app.repo.identities import get_identity, pause_identity, reveal_secrets
 from app.repo.messages import get_message
 from app.repo.sending import (
     Claim,
+    Hold,
     claim_message,
+    due_again_at,
     finish_attempt,
     mark_lost_attempt,
     record_accepted,
@@ -36,6 +39,7 @@ from app.repo.sending import (
     record_held,
     record_retry,
     start_attempt,
+    take_verdict,
 )
 from app.retry import Step, plan_after_failure, plan_after_lost_lease
 from jobs.queues import ring
@@ -66,6 +70,28 @@ def send_message(message_id: int) -> str:
     return outcome
 
 
+def sender_problem(box: SecretBox, identity: Identity) -> str | None:
+    """Why this identity can never send as it stands (None: it can try).
+
+    Such a message would otherwise be claimed, fail before the call and be re-rung for
+    ever; instead the identity is held as a broken sender with this reason, and nothing
+    is burned: no claim, no attempt.
+    """
+    if identity.provider not in PROVIDERS:
+        return (
+            f"Ratchet cannot send through {identity.provider} yet "
+            f"(built: {', '.join(sorted(PROVIDERS))})"
+        )
+    try:
+        reveal_secrets(box, identity)
+    except ValueError:
+        return (
+            "the stored token or app secret cannot be decrypted with this SECRET_KEY; "
+            "set it again with `identity update`, then `identity resume`"
+        )
+    return None
+
+
 def send_one(
     db: Database,
     box: SecretBox,
@@ -75,15 +101,28 @@ def send_one(
 ) -> tuple[str, tuple[str, datetime] | None]:
     """Claim, call, record. Returns (outcome word, (lane, time) of the next ring or None)."""
     lease = timedelta(seconds=config.lease_seconds)
-    # 1. Claim.
+    # 1. Claim (or record a verdict that is owed, or hold a sender that can never send).
     with db.transaction() as session:
         now = clock()
+        verdict = take_verdict(session, message_id, now)
+        if verdict is not None and verdict.applied:
+            return f"failed: {FailureClass.EXHAUSTED.value} (after the webhook grace)", None
+        message = get_message(session, message_id)
+        if message is None:
+            return "not claimed: no such message", None
+        identity = get_identity(session, message.identity_id)
+        assert identity is not None
+        problem = None if identity.paused_at else sender_problem(box, identity)
+        if problem is not None:
+            if pause_identity(session, identity.id, problem, now):
+                log.error("identity %s paused: %s", identity.id, problem)
+            return f"held: identity paused ({problem})", None
         claim = claim_message(session, message_id, now, lease)
         if claim is None:
-            return "not claimed", None
+            # Rung early (RQ keeps whole seconds) or not ours: ring again for its time.
+            return "not claimed", due_again_at(session, message_id, now)
         message = get_message(session, message_id)
-        identity = get_identity(session, claim.identity_id)
-        assert message is not None and identity is not None
+        assert message is not None
         if claim.lease_lost:
             mark_lost_attempt(session, claim, now)
             # The claim already counted the lost attempt as unknown.
@@ -200,10 +239,32 @@ def record_outcome(
         ):
             return _not_recorded(session, claim, failure), None
         return f"retry at {plan.at.isoformat()} ({failure.value})", (lane, plan.at)
+    if plan.step is Step.VERDICT:
+        assert plan.at is not None
+        if not record_retry(
+            session,
+            claim,
+            plan.at,
+            failure_class=failure.value,
+            error=error,
+            unknown_attempts=plan.unknown_attempts,
+            rate_limited_attempts=plan.rate_limited_attempts,
+            had_unknown=had_unknown,
+            verdict=plan.failure_class.value,
+        ):
+            return _not_recorded(session, claim, failure), None
+        return (
+            f"{plan.failure_class.value} at {plan.at.isoformat()} unless a webhook answers "
+            f"({failure.value})",
+            (lane, plan.at),
+        )
     if plan.step is Step.HOLD:
         reason = _reason(result)
-        if not record_held(session, claim, now, error=error, reason=reason):
+        hold = record_held(session, claim, now, error=error, reason=reason)
+        if hold is Hold.NOT_RECORDED:
             return _not_recorded(session, claim, failure), None
+        if hold is Hold.STALE:
+            return f"stale broken-sender answer ({reason}): due again", (lane, now)
         log.warning("identity %s paused: %s", claim.identity_id, reason)
         return f"held: identity paused ({reason})", None
     transition = record_failed(

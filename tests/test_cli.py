@@ -7,10 +7,12 @@ from datetime import timedelta
 import pytest
 from flask import Flask
 from flask.testing import FlaskCliRunner
+from sqlalchemy import select
 
 from app.crypto import SecretBox, check_password
 from app.db import Database
 from app.models import AuditEntry, Identity, Staff
+from app.providers import PROVIDERS
 from app.repo.tenants import authenticate
 
 from .conftest import SECRET_KEY
@@ -89,8 +91,37 @@ PROVIDER_ARGS = {
 }
 
 
-@pytest.mark.parametrize("provider", PROVIDER_ARGS)
-def test_identity_create_stores_every_providers_options_with_secrets_encrypted(
+BUILT_PROVIDERS = [name for name in PROVIDER_ARGS if name in PROVIDERS]
+UNBUILT_PROVIDERS = [name for name in PROVIDER_ARGS if name not in PROVIDERS]
+
+
+@pytest.mark.parametrize("provider", UNBUILT_PROVIDERS)
+def test_identity_create_refuses_a_provider_that_cannot_send_yet_and_stores_nothing(
+    cli: FlaskCliRunner, db: Database, provider: str
+) -> None:
+    run(cli, "tenant", "create", "acme")
+    result = run(
+        cli,
+        "identity",
+        "create",
+        "--tenant",
+        "acme",
+        "--provider",
+        provider,
+        "--token",
+        "tok-123456789",
+        *PROVIDER_ARGS[provider],
+        ok=False,
+    )
+    assert result.exit_code != 0
+    assert f"cannot send through {provider} yet" in result.output
+    assert "nothing was created" in result.output
+    with db.transaction() as session:
+        assert session.scalars(select(Identity)).all() == []
+
+
+@pytest.mark.parametrize("provider", BUILT_PROVIDERS)
+def test_identity_create_stores_every_built_providers_options_with_secrets_encrypted(
     cli: FlaskCliRunner, db: Database, provider: str
 ) -> None:
     run(cli, "tenant", "create", "acme")

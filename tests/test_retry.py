@@ -51,15 +51,18 @@ def test_an_unknown_outcome_waits_at_least_the_webhook_grace() -> None:
     assert late.at is not None and (late.at - T0).total_seconds() >= 16  # backoff(4) > grace
 
 
-def test_the_fifth_unknown_attempt_exhausts_the_cycle() -> None:
+def test_the_fifth_unknown_attempt_owes_exhausted_after_the_webhook_grace() -> None:
     plan = plan_after_failure(
         CONFIG, FailureClass.UNKNOWN, T0, unknown_attempts=4, rate_limited_attempts=0
     )
+    # Not failed at once: the provider may hold this attempt too, and its webhook gets the
+    # same grace as any other unknown outcome's before the cycle is called exhausted.
     assert (plan.step, plan.failure_class, plan.unknown_attempts) == (
-        Step.FAIL,
+        Step.VERDICT,
         FailureClass.EXHAUSTED,
         5,
     )
+    assert plan.at == T0 + timedelta(seconds=CONFIG.webhook_grace)
 
 
 def test_rate_and_pair_limits_share_a_cap_of_ten() -> None:

@@ -103,6 +103,11 @@ def identity_create(
         raise click.UsageError(f"--app-secret is required for {provider} (webhook signatures)")
     if provider == "twilio" and not sender:
         raise click.UsageError("--from is required for twilio (e.g. whatsapp:+15551234567)")
+    if provider not in identities.BUILT:
+        raise click.ClickException(
+            f"Ratchet cannot send through {provider} yet, so an identity of it could never "
+            f"send; nothing was created (available now: {', '.join(sorted(identities.BUILT))})"
+        )
     try:
         with get_db().transaction() as session:
             tenant = tenants.get_tenant_by_name(session, tenant_name)
@@ -169,6 +174,7 @@ def identity_update(
             reply_rate=reply_rate,
             campaign_rate=campaign_rate,
             total_rate=total_rate,
+            now=utcnow(),
         )
         if changed:
             staff.record_audit(
@@ -216,7 +222,7 @@ def identity_resume(identity_id: int) -> None:
     with get_db().transaction() as session:
         if identities.get_identity(session, identity_id) is None:
             raise click.ClickException(f"no identity with id {identity_id}")
-        resumed = identities.resume_identity(session, identity_id)
+        resumed = identities.resume_identity(session, identity_id, utcnow())
         if resumed:
             held = release_held(session, identity_id, utcnow())
             staff.record_audit(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .base import FailureClass
 
@@ -273,3 +274,12 @@ def dead_letter_rank(provider: str, failure_class: FailureClass, code: int | Non
         if group.matches(provider, failure_class, code):
             return position
     return len(ACTIONABLE_ORDER)
+
+
+def rank_of(provider: str, failure_class: str | None, code: Any) -> int:
+    """The dead-letter rank stored with a failed message (a value SQL can order by)."""
+    try:
+        known = FailureClass(failure_class or "")
+    except ValueError:
+        known = FailureClass.NEEDS_HUMAN
+    return dead_letter_rank(provider, known, code if isinstance(code, int) else None)

@@ -5,14 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from app.crypto import SecretBox, sha256_hex
 from app.models import Identity
+from app.providers import PROVIDERS as PROVIDER_REGISTRY
 from app.repo.sql import rows_changed
 
+# Every provider the CLI and the schema know; `BUILT` are those a message can be sent
+# through today (the provider registry).
 PROVIDERS = ("whatsapp", "twilio", "messenger", "instagram")
+BUILT = frozenset(PROVIDER_REGISTRY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,12 @@ def create_identity(
 ) -> Identity:
     if provider not in PROVIDERS:
         raise ValueError(f"unknown provider {provider!r}; expected one of {', '.join(PROVIDERS)}")
+    if provider not in BUILT:
+        # Its messages could never be sent: they would wait for ever.
+        raise ValueError(
+            f"Ratchet cannot send through {provider} yet; an identity of it could never send "
+            f"(available now: {', '.join(sorted(BUILT))})"
+        )
     identity = Identity(
         tenant_id=tenant_id,
         provider=provider,
@@ -103,8 +113,13 @@ def update_identity(
     reply_rate: float | None = None,
     campaign_rate: float | None = None,
     total_rate: float | None = None,
+    now: datetime,
 ) -> list[str]:
-    """Change what was given; returns the names of the fields changed."""
+    """Change what was given; returns the names of the fields changed.
+
+    A new token or app secret stamps `credentials_changed_at`: an answer to an attempt
+    claimed before it was given to the old credentials, and must not pause the identity.
+    """
     values: dict[str, object] = {}
     if token is not None:
         values["token_encrypted"] = box.encrypt(token)
@@ -121,6 +136,9 @@ def update_identity(
     ):
         if value is not None:
             values[name] = value
+    changed = list(values)
+    if token is not None or app_secret is not None:
+        values["credentials_changed_at"] = now
     if values:
         session.execute(update(Identity).where(Identity.id == identity_id).values(**values))
     names = {
@@ -129,25 +147,49 @@ def update_identity(
         "verify_token_hash": "verify token",
         "base_url": "base url",
     }
-    return [names.get(key, key.replace("_", " ")) for key in values]
+    return [names.get(key, key.replace("_", " ")) for key in changed]
 
 
-def pause_identity(session: Session, identity_id: int, reason: str, now: datetime) -> bool:
-    """Pause an active identity; False if it was already paused (the first reason stays)."""
+def pause_identity(
+    session: Session,
+    identity_id: int,
+    reason: str,
+    now: datetime,
+    *,
+    unless_changed_since: datetime | None = None,
+) -> bool:
+    """Pause an active identity; False if it was already paused (the first reason stays).
+
+    With `unless_changed_since` (an attempt's claim time), no pause if the identity was
+    resumed or given new credentials after it: checked in the UPDATE itself, so a resume
+    committing at the same moment is either seen here or undoes this pause after it.
+    """
+    guard = [Identity.id == identity_id, Identity.paused_at.is_(None)]
+    if unless_changed_since is not None:
+        for column in (Identity.resumed_at, Identity.credentials_changed_at):
+            guard.append(or_(column.is_(None), column <= unless_changed_since))
     changed = rows_changed(
         session,
-        update(Identity)
-        .where(Identity.id == identity_id, Identity.paused_at.is_(None))
-        .values(paused_at=now, paused_reason=reason),
+        update(Identity).where(*guard).values(paused_at=now, paused_reason=reason),
     )
     return changed == 1
 
 
-def resume_identity(session: Session, identity_id: int) -> bool:
+def resume_identity(session: Session, identity_id: int, now: datetime) -> bool:
+    """Resume a paused identity; `resumed_at` tells a stale broken-sender answer apart."""
     changed = rows_changed(
         session,
         update(Identity)
         .where(Identity.id == identity_id, Identity.paused_at.is_not(None))
-        .values(paused_at=None, paused_reason=None),
+        .values(paused_at=None, paused_reason=None, resumed_at=now),
     )
     return changed == 1
+
+
+def is_stale_for(identity: Identity, claimed_at: datetime) -> bool:
+    """An attempt claimed before the identity's last resume or credential change spoke
+    with what the operator has since replaced: its broken-sender answer is stale."""
+    return any(
+        moment is not None and moment > claimed_at
+        for moment in (identity.resumed_at, identity.credentials_changed_at)
+    )

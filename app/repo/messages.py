@@ -9,8 +9,18 @@ from typing import Any
 from sqlalchemy import func, literal, select, update
 from sqlalchemy.orm import Session
 
-from app.lifecycle import TIMESTAMP_FIELD, Decision, Refusal, Source, Status, decide
-from app.models import Message, MessageEvent
+from app.correlation import make_correlation_id
+from app.correlation import parse_correlation_id as parse_correlation_id_under
+from app.lifecycle import (
+    FAILED_WORDS,
+    TIMESTAMP_FIELD,
+    Decision,
+    Refusal,
+    Source,
+    Status,
+    decide,
+)
+from app.models import Attempt, Message, MessageEvent, WebhookStatus
 from app.repo.events import append_event
 from app.repo.sql import insert_ignoring_conflict, rows_changed
 
@@ -168,18 +178,21 @@ def _record(session: Session, event_id: int, result: Transition) -> None:
     )
 
 
-def correlation_id_for(message_id: int, cycle: int) -> str:
+def _correlation_key(session: Session) -> bytes:
+    key = session.info.get("correlation_key")
+    if not key:
+        raise RuntimeError("this session has no correlation key (build it with Database)")
+    return bytes(key)
+
+
+def correlation_id_for(session: Session, message_id: int, cycle: int) -> str:
     """What we send the provider to find the message again (echoed in its webhooks)."""
-    return f"ratchet:{message_id}:{cycle}"
+    return make_correlation_id(_correlation_key(session), message_id, cycle)
 
 
-def parse_correlation_id(value: str | None) -> tuple[int, int] | None:
-    if not value or not value.startswith("ratchet:"):
-        return None
-    parts = value.split(":")
-    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
-        return None
-    return int(parts[1]), int(parts[2])
+def parse_correlation_id(session: Session, value: str | None) -> tuple[int, int] | None:
+    """(message id, cycle) of one of our correlation ids; None for anything else."""
+    return parse_correlation_id_under(_correlation_key(session), value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +251,7 @@ def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Me
     session.execute(
         update(Message)
         .where(Message.id == message_id)
-        .values(correlation_id=correlation_id_for(message_id, 1))
+        .values(correlation_id=correlation_id_for(session, message_id, 1))
     )
     append_event(
         session,
@@ -256,7 +269,7 @@ def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Me
 
 
 class RequeueRefusedError(Exception):
-    """A requeue that must not happen (not failed, or the message already got there)."""
+    """A requeue that must not happen (not failed, or the provider may hold the message)."""
 
 
 def requeue_message(
@@ -270,12 +283,21 @@ def requeue_message(
 ) -> Message:
     """The one backward edge: an operator moves a failed message to `queued`, a new cycle.
 
-    If any attempt of the failed cycle had an unknown outcome the provider may hold the
-    message, so the new cycle keeps the provider key; after only definite rejections it
-    gets the new cycle's key. Refused, unless forced with a reason, when refused
-    `delivered`/`read` events show the message reached the phone.
+    1. Lock the row. The check and the update below then see the same row: a webhook
+       that could change the verdict locks it to match its status, so it either
+       committed before us (and we see it) or waits for our commit.
+    2. Refuse, unless forced with a reason, when the provider may hold a deliverable copy
+       (`provider_may_hold`); the refusal names what it found.
+    3. If any attempt of the failed cycle had an unknown outcome the provider may hold
+       the message, so the new cycle keeps the provider key; after only definite
+       rejections it gets the new cycle's key.
     """
-    message = get_message(session, message_id)
+    message = session.scalars(
+        select(Message)
+        .where(Message.id == message_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one_or_none()
     if message is None:
         raise RequeueRefusedError(f"message {message_id} does not exist")
     if message.status != Status.FAILED.value:
@@ -288,14 +310,14 @@ def requeue_message(
             f"message {message_id} has an attempt still in flight until "
             f"{message.lease_until:%H:%M:%S} UTC; requeue it after that"
         )
-    reached = reached_phone_after_failing(session, message_id, message.cycle)
-    if reached and not force:
-        raise RequeueRefusedError(
-            f"message {message_id} was reported {reached} after it failed; it may already "
-            "be on the phone. Use --force with --reason to requeue anyway"
-        )
     if force and not reason:
         raise RequeueRefusedError("a forced requeue needs a reason")
+    held = provider_may_hold(session, message)
+    if held and not force:
+        raise RequeueRefusedError(
+            f"message {message_id} may already be with the customer: {held}. "
+            "Requeueing could text them twice; use --force with --reason to requeue anyway"
+        )
     new_cycle = message.cycle + 1
     key_cycle = message.provider_key_cycle if message.had_unknown_outcome else new_cycle
     cleared = {name: None for name in TIMESTAMP_FIELD.values()}
@@ -311,6 +333,7 @@ def requeue_message(
         detail={
             "forced": force,
             "reason": reason,
+            "held": held,
             "new_cycle": new_cycle,
             "provider_key_cycle": key_cycle,
             "previous_error": message.last_error,
@@ -321,7 +344,7 @@ def requeue_message(
             "queued_at": now,
             "cycle": new_cycle,
             "provider_key_cycle": key_cycle,
-            "correlation_id": correlation_id_for(message_id, new_cycle),
+            "correlation_id": correlation_id_for(session, message_id, new_cycle),
             "provider_message_id": None,
             "attempt": 0,
             "unknown_attempts": 0,
@@ -332,6 +355,8 @@ def requeue_message(
             "lease_until": None,
             "rung_at": None,
             "failure_class": None,
+            "dead_letter_rank": None,
+            "pending_verdict": None,
             "last_error": None,
         },
     )
@@ -340,6 +365,64 @@ def requeue_message(
     refreshed = get_message(session, message_id)
     assert refreshed is not None
     return refreshed
+
+
+def provider_may_hold(session: Session, message: Message) -> str | None:
+    """Why the provider may hold a deliverable copy of this failed cycle, or None.
+
+    Either the phone was reported to have it (a `delivered`/`read` refused because the
+    message had failed), or a provider id was accepted in the cycle and never reported
+    `failed` on its own: the second id of a double send is the usual case. A message the
+    provider accepted and then failed (131049, say) is not held.
+    """
+    reached = reached_phone_after_failing(session, message.id, message.cycle)
+    if reached:
+        return f"it was reported {reached} after it failed"
+    for provider_id in accepted_provider_ids(session, message):
+        reported_failed = session.scalar(
+            select(WebhookStatus.id)
+            .where(
+                WebhookStatus.identity_id == message.identity_id,
+                WebhookStatus.provider_message_id == provider_id,
+                WebhookStatus.status.in_(FAILED_WORDS),
+            )
+            .limit(1)
+        )
+        if reported_failed is None:
+            return (
+                f"provider id {provider_id} was accepted in cycle {message.cycle} and "
+                "never reported failed"
+            )
+    return None
+
+
+def accepted_provider_ids(session: Session, message: Message) -> list[str]:
+    """Every provider id the failed cycle is known by: the one recorded on the row, the
+    ones its attempts were answered with, and both ids of any double send."""
+    found: list[str] = []
+    if message.provider_message_id:
+        found.append(message.provider_message_id)
+    found.extend(
+        session.scalars(
+            select(Attempt.provider_message_id)
+            .where(
+                Attempt.message_id == message.id,
+                Attempt.cycle == message.cycle,
+                Attempt.provider_message_id.is_not(None),
+            )
+            .order_by(Attempt.number)
+        )
+    )
+    doubles = session.scalars(
+        select(MessageEvent.detail).where(
+            MessageEvent.message_id == message.id,
+            MessageEvent.cycle == message.cycle,
+            MessageEvent.kind == "double_send",
+        )
+    )
+    for detail in doubles:
+        found.extend(pid for pid in (detail or {}).get("provider_message_ids", []) if pid)
+    return list(dict.fromkeys(found))
 
 
 def reached_phone_after_failing(session: Session, message_id: int, cycle: int) -> str | None:

@@ -11,8 +11,6 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
 from app.models import Identity, Message
-from app.providers.base import FailureClass
-from app.providers.classification import dead_letter_rank
 from app.repo.sending import is_due
 from app.repo.sql import rows_changed
 
@@ -76,11 +74,17 @@ def dead_letters(
     Order: exhausted, template problems, window closed, unknown codes, then the rest;
     newest first within each. Messages held by a paused identity are not here: they wait.
     """
+    # The rank is stored with the failure, so SQL orders (and a LIMIT cuts) actionable
+    # first: sorting after the LIMIT would drop older exhausted letters behind newer ones.
     query = (
         select(Message, Identity.provider)
         .join(Identity, Identity.id == Message.identity_id)
         .where(Message.status == Status.FAILED.value)
-        .order_by(Message.failed_at.desc(), Message.id.desc())
+        .order_by(
+            Message.dead_letter_rank.asc().nulls_last(),
+            Message.failed_at.desc(),
+            Message.id.desc(),
+        )
         .limit(limit)
     )
     if failure_class is not None:
@@ -105,12 +109,4 @@ def dead_letters(
                 cycle=message.cycle,
             )
         )
-    letters.sort(key=lambda d: dead_letter_rank(d.provider, _failure_class(d), d.code))
     return letters
-
-
-def _failure_class(letter: DeadLetter) -> FailureClass:
-    try:
-        return FailureClass(letter.failure_class)
-    except ValueError:
-        return FailureClass.NEEDS_HUMAN

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import and_, or_, select, update
@@ -15,8 +16,9 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import Source, Status
 from app.models import Attempt, Identity, Message
+from app.providers.classification import rank_of
 from app.repo.events import append_event
-from app.repo.identities import pause_identity
+from app.repo.identities import get_identity, is_stale_for, pause_identity
 from app.repo.messages import Transition, apply_status
 from app.repo.sql import rows_changed
 from app.repo.webhooks import apply_parked, record_double_send
@@ -29,6 +31,7 @@ class Claim:
     cycle: int
     attempt: int
     lease_lost: bool  # re-claimed after another worker's lease expired: that outcome is unknown
+    claimed_at: datetime  # our clock at the claim; the lease runs from here
 
 
 def is_due(now: datetime) -> Any:
@@ -64,12 +67,13 @@ def claim_message(
             Message.identity_id,
             Message.next_attempt_at,
             Message.lease_until,
+            Message.pending_verdict,
             Identity.paused_at,
         )
         .join(Identity, Identity.id == Message.identity_id)
         .where(Message.id == message_id)
     ).first()
-    if row is None or row.paused_at is not None:
+    if row is None or row.paused_at is not None or row.pending_verdict is not None:
         return None
     if row.status not in (Status.QUEUED.value, Status.SENDING.value):
         return None
@@ -104,6 +108,8 @@ def claim_message(
             Message.cycle == row.cycle,
             Message.attempt == row.attempt,
             is_due(now),
+            # A verdict owed is recorded by `take_verdict`, never sent again.
+            Message.pending_verdict.is_(None),
             paused.scalar_subquery().is_(None),
         )
         .values(**values)
@@ -121,9 +127,79 @@ def claim_message(
         applied=True,
         from_status=row.status,
         to_status=Status.SENDING.value,
-        detail={"attempt": row.attempt + 1, "lease_lost": lease_lost},
+        detail={
+            "attempt": row.attempt + 1,
+            "lease_lost": lease_lost,
+            # When it was due: a claim is never earlier than its retry time.
+            "due_at": row.next_attempt_at.isoformat() if row.next_attempt_at else None,
+        },
     )
-    return Claim(message_id, row.identity_id, row.cycle, row.attempt + 1, lease_lost)
+    return Claim(message_id, row.identity_id, row.cycle, row.attempt + 1, lease_lost, now)
+
+
+def due_again_at(session: Session, message_id: int, now: datetime) -> tuple[str, datetime] | None:
+    """(lane, time) when a message that is not due yet will be: its retry or its verdict.
+
+    RQ keeps a scheduled time to whole seconds, so a ring can arrive just before the
+    message's `next_attempt_at`; the job rings it again for that time instead of leaving
+    it to the sweeper. A lease in flight is not rung: its holder rings what comes next.
+    """
+    row = session.execute(
+        select(Message.lane, Message.status, Message.next_attempt_at).where(
+            Message.id == message_id
+        )
+    ).first()
+    if row is None or row.status != Status.SENDING.value or row.next_attempt_at is None:
+        return None
+    if row.next_attempt_at <= now:
+        return None
+    return row.lane, row.next_attempt_at
+
+
+def take_verdict(session: Session, message_id: int, now: datetime) -> Transition | None:
+    """Record the verdict a message owes once its grace wait is over (no provider call).
+
+    The last unknown outcome of a cycle is not failed at once: like every unknown it
+    waits the webhook grace, because the provider may have the message and say so. If a
+    webhook moved it meanwhile there is nothing to do; otherwise the verdict (`exhausted`)
+    is recorded now, fenced on the attempt that earned it: a verdict, not an attempt.
+    """
+    row = session.execute(
+        select(
+            Message.status,
+            Message.cycle,
+            Message.attempt,
+            Message.pending_verdict,
+            Message.next_attempt_at,
+            Message.last_error,
+            Identity.provider,
+        )
+        .join(Identity, Identity.id == Message.identity_id)
+        .where(Message.id == message_id)
+    ).first()
+    if row is None or row.pending_verdict is None or row.status != Status.SENDING.value:
+        return None
+    if row.next_attempt_at is not None and row.next_attempt_at > now:
+        return None
+    error = row.last_error or {}
+    return apply_status(
+        session,
+        message_id,
+        Status.FAILED,
+        Source.WORKER,
+        now,
+        cycle=row.cycle,
+        attempt=row.attempt,
+        kind="failed",
+        detail={"failure_class": row.pending_verdict, "error": row.last_error, "verdict": True},
+        extra_values={
+            "failure_class": row.pending_verdict,
+            "pending_verdict": None,
+            "next_attempt_at": None,
+            "lease_until": None,
+            "dead_letter_rank": rank_of(row.provider, row.pending_verdict, error.get("code")),
+        },
+    )
 
 
 def start_attempt(session: Session, claim: Claim, provider_key: str, now: datetime) -> None:
@@ -276,11 +352,14 @@ def record_retry(
     unknown_attempts: int,
     rate_limited_attempts: int,
     had_unknown: bool,
+    verdict: str | None = None,
 ) -> bool:
+    """Stay `sending` until `at`; with a `verdict`, what to record then instead of sending."""
     values = _outcome_values(
         failure_class, error, unknown_attempts, rate_limited_attempts, had_unknown
     )
     values["next_attempt_at"] = at
+    values["pending_verdict"] = verdict
     # Rung for that time (RQ's scheduler); the sweeper re-rings only if it stays due.
     values["rung_at"] = at
     return (
@@ -309,6 +388,9 @@ def record_failed(
         failure_class, error, unknown_attempts, rate_limited_attempts, had_unknown
     )
     extra["next_attempt_at"] = None
+    extra["pending_verdict"] = None
+    provider = session.scalar(select(Identity.provider).where(Identity.id == claim.identity_id))
+    extra["dead_letter_rank"] = rank_of(provider or "", failure_class, (error or {}).get("code"))
     return apply_status(
         session,
         claim.message_id,
@@ -323,6 +405,12 @@ def record_failed(
     )
 
 
+class Hold(StrEnum):
+    HELD = "held"  # the identity is paused; the message waits with no next attempt
+    STALE = "stale"  # the answer was given to credentials since replaced: due again now
+    NOT_RECORDED = "not_recorded"  # fenced off: a webhook got further, or a re-claim
+
+
 def record_held(
     session: Session,
     claim: Claim,
@@ -330,9 +418,42 @@ def record_held(
     *,
     error: dict[str, Any] | None,
     reason: str,
-) -> bool:
-    """The sender is broken: pause its identity; the message waits with no next attempt."""
-    pause_identity(session, claim.identity_id, reason, now)
+) -> Hold:
+    """The sender is broken: pause its identity; the message waits with no next attempt.
+
+    Unless the identity was resumed or given new credentials after this attempt's claim:
+    then the answer is stale (the old token's), the identity stays active, and the
+    message is due again at once. The attempt is not counted either way.
+    """
+    paused = pause_identity(
+        session, claim.identity_id, reason, now, unless_changed_since=claim.claimed_at
+    )
+    identity = None if paused else get_identity(session, claim.identity_id)
+    if identity is not None and is_stale_for(identity, claim.claimed_at):
+        retried = rows_changed(
+            session,
+            update(Message)
+            .where(*fenced(claim), Message.status == Status.SENDING.value)
+            .values(next_attempt_at=now, lease_until=None, rung_at=now),
+        )
+        if retried != 1:
+            return Hold.NOT_RECORDED
+        append_event(
+            session,
+            message_id=claim.message_id,
+            cycle=claim.cycle,
+            source=Source.WORKER.value,
+            kind="stale_sender_broken",
+            received_at=now,
+            applied=False,
+            detail={
+                "reason": reason,
+                "error": error,
+                "why": "the identity was resumed or given new credentials after this attempt "
+                "was claimed; the answer was the old credentials'",
+            },
+        )
+        return Hold.STALE
     held = (
         rows_changed(
             session,
@@ -347,18 +468,19 @@ def record_held(
         )
         == 1
     )
-    if held:
-        append_event(
-            session,
-            message_id=claim.message_id,
-            cycle=claim.cycle,
-            source=Source.WORKER.value,
-            kind="held",
-            received_at=now,
-            applied=False,
-            detail={"reason": reason, "error": error},
-        )
-    return held
+    if not held:
+        return Hold.NOT_RECORDED
+    append_event(
+        session,
+        message_id=claim.message_id,
+        cycle=claim.cycle,
+        source=Source.WORKER.value,
+        kind="held",
+        received_at=now,
+        applied=False,
+        detail={"reason": reason, "error": error},
+    )
+    return Hold.HELD
 
 
 def release_held(session: Session, identity_id: int, now: datetime) -> list[tuple[int, str]]:

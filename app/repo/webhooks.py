@@ -17,23 +17,14 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from app.lifecycle import Source, Status
+from app.lifecycle import PROVIDER_WORDS, Source, Status
 from app.models import Attempt, Message, WebhookStatus
+from app.providers.classification import rank_of
 from app.repo.events import append_event
 from app.repo.inbox import Result, claim_status, finish_status, parked_status_ids
 from app.repo.messages import apply_status, parse_correlation_id
 
 log = logging.getLogger(__name__)
-
-# The provider's word for a status -> ours. Words absent here (Twilio's queued, accepted,
-# sending, scheduled; WhatsApp's deleted, played, ...) are recorded and change nothing.
-PROVIDER_WORDS: dict[str, Status] = {
-    "sent": Status.SENT,
-    "delivered": Status.DELIVERED,
-    "read": Status.READ,
-    "failed": Status.FAILED,
-    "undelivered": Status.FAILED,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +46,10 @@ def apply_webhook_status(session: Session, status_id: int, now: datetime) -> str
     row = session.get(WebhookStatus, status_id, populate_existing=True)
     if row is None or row.applied_at is not None:
         return Result.DUPLICATE
+    if row.identity_id is None:  # a number we do not know: nothing of ours can match it
+        if claim_status(session, status_id):
+            finish_status(session, status_id, now, Result.UNMATCHED, None)
+        return Result.UNMATCHED
     target = PROVIDER_WORDS.get(row.status)
     match, stale = _match(session, row, now)
     if not claim_status(session, status_id):
@@ -76,14 +71,20 @@ def apply_webhook_status(session: Session, status_id: int, now: datetime) -> str
     errors = payload.get("errors") or []
     extra: dict[str, Any] = {}
     if target is Status.FAILED:
+        no_reason = {"provider": row.provider, "message": "failed, no reason given"}
+        last_error = errors[0] if errors else no_reason
+        failure_class = payload.get("failure_class") or "needs_human"
         extra = {
-            "last_error": errors[0]
-            if errors
-            else {"provider": row.provider, "message": "failed, no reason given"},
-            "failure_class": payload.get("failure_class") or "needs_human",
+            "last_error": last_error,
+            "failure_class": failure_class,
+            "dead_letter_rank": rank_of(row.provider, failure_class, last_error.get("code")),
             "next_attempt_at": None,
+            "pending_verdict": None,
             # The lease stays: a retry may still be in flight, and a requeue must wait for it.
         }
+    else:
+        # The provider has it: no verdict is owed, and a retry's class no longer describes it.
+        extra = {"pending_verdict": None, "failure_class": None}
     transition = apply_status(
         session,
         match.message_id,
@@ -132,15 +133,20 @@ def _match(session: Session, row: WebhookStatus, now: datetime) -> tuple[_Match 
     if by_id is not None:
         return _Match(by_id.id, by_id.cycle), None
 
-    parsed = parse_correlation_id(row.correlation_id)
+    parsed = parse_correlation_id(session, row.correlation_id)
     if parsed is not None:
         message_id, cycle = parsed
         # Locks the row: a worker recording the provider id right now finishes first.
         message = session.execute(
-            select(Message.id, Message.cycle, Message.provider_message_id)
+            select(Message.id, Message.cycle, Message.attempt, Message.provider_message_id)
             .where(Message.id == message_id, Message.identity_id == row.identity_id)
             .with_for_update()
         ).first()
+        if message is not None and cycle == message.cycle and message.attempt == 0:
+            # No attempt in this cycle: nothing of ours can be at the provider, so no
+            # provider can report on it (`queued` is below anything it may say). Parked:
+            # if an attempt later records this provider id, the status applies then.
+            return None, None
         if message is not None and cycle == message.cycle:
             _adopt(session, message_id, cycle, message.provider_message_id, row, now)
             return _Match(message_id, cycle), None

@@ -60,7 +60,7 @@ def test_a_held_message_left_behind_by_a_pause_racing_a_resume_is_due_again(
         assert claim is not None
         # The resume ran first (nothing to release yet), then the hold committed.
         record_held(session, claim, T0, error={"code": 190}, reason="code 190")
-        resume_identity(session, world.identity_id)
+        resume_identity(session, world.identity_id, T0)
     with db.transaction() as session:
         again = claim_message(session, message_id, T0 + timedelta(seconds=1), LEASE)
     assert again is not None and again.attempt == 2 and not again.lease_lost

@@ -247,3 +247,17 @@ def test_with_redis_down_the_api_still_answers_201_and_leaves_the_row_for_the_sw
         message = session.get(Message, response.get_json()["id"])
         assert message is not None
         assert message.status == "queued" and message.rung_at is None
+
+
+def test_a_send_through_a_provider_ratchet_cannot_send_through_yet_is_refused(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    with db.transaction() as session:
+        # A row the CLI no longer creates (written by hand, or by an older version).
+        session.execute(text("UPDATE identities SET provider = 'twilio'"))
+    response = post(client, world, body(world))
+    assert response.status_code == 422
+    error = response.get_json()["error"]
+    assert "twilio" in error and "cannot send through yet" in error
+    assert response.get_json()["field"] == "identity_id"
+    assert count_messages(db) == 0
