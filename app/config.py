@@ -79,6 +79,7 @@ class Config:
             "public_base_url": (env.get("PUBLIC_BASE_URL") or "http://127.0.0.1:8000").rstrip("/"),
             "provider_timeout": env_float(env, "RATCHET_PROVIDER_TIMEOUT", 10.0),
             "webhook_grace": env_float(env, "RATCHET_WEBHOOK_GRACE", 15.0),
+            "lease_margin": env_float(env, "RATCHET_LEASE_MARGIN", 5.0),
             "cap_unknown": env_int(env, "RATCHET_CAP_UNKNOWN", 5),
             "cap_rate_limited": env_int(env, "RATCHET_CAP_RATE_LIMITED", 10),
             "sweep_interval": env_float(env, "RATCHET_SWEEP_INTERVAL", 2.0),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -22,9 +23,11 @@ from app.clock import utcnow
 from app.config import Config
 from app.crypto import SecretBox, get_box
 from app.db import Database, get_db
+from app.lifecycle import Source
 from app.models import Identity
 from app.providers import PROVIDERS, get_provider
 from app.providers.base import Credentials, FailureClass, OutboundMessage, SendResult
+from app.repo.events import append_event
 from app.repo.identities import get_identity, pause_identity, reveal_secrets
 from app.repo.messages import get_message
 from app.repo.sending import (
@@ -98,12 +101,18 @@ def send_one(
     config: Config,
     message_id: int,
     clock: Callable[[], datetime],
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> tuple[str, tuple[str, datetime] | None]:
-    """Claim, call, record. Returns (outcome word, (lane, time) of the next ring or None)."""
+    """Claim, call, record. Returns (outcome word, (lane, time) of the next ring or None).
+
+    `clock` is the wall clock the rows are stamped with; `monotonic` measures how long
+    this process has held its claim (both passed in, so tests can move or freeze them).
+    """
     lease = timedelta(seconds=config.lease_seconds)
     # 1. Claim (or record a verdict that is owed, or hold a sender that can never send).
     with db.transaction() as session:
         now = clock()
+        claimed_mono = monotonic()
         verdict = take_verdict(session, message_id, now)
         if verdict is not None and verdict.applied:
             return f"failed: {FailureClass.EXHAUSTED.value} (after the webhook grace)", None
@@ -163,13 +172,60 @@ def send_one(
             message.had_unknown_outcome,
         )
 
-    # 2. Call, outside any transaction: the row is leased to us.
+    # 2. Call, outside any transaction: the row is leased to us, but only for `lease`.
+    #    A worker paused since its claim (SIGSTOP, a GC or swap pause, a frozen VM) may
+    #    have lost the message to another worker's re-claim, which may have sent it; so
+    #    the whole call must still fit inside the lease, measured on this process's
+    #    monotonic clock (the wall clock can jump). The total deadline then keeps the call
+    #    inside the lease once it starts. What is left is a pause between this check and
+    #    the first byte on the wire: a few lines of Python, with no I/O of ours between
+    #    them. Closing it needs the provider's help (an idempotency key it honours).
+    if not fits_in_lease(config, claimed_mono, monotonic()):
+        return stand_down(db, claim, config, monotonic() - claimed_mono, clock()), None
     result = provider.send(credentials, outbound, timeout=config.provider_timeout)
 
     # 3. Record.
     with db.transaction() as session:
         now = clock()
         return record_outcome(session, config, claim, result, counts, now, lane)
+
+
+def fits_in_lease(config: Config, claimed_mono: float, now_mono: float) -> bool:
+    """The call, begun now, ends inside the lease: claim + lease - deadline - margin."""
+    latest_start = config.lease_seconds - config.provider_timeout - config.lease_margin
+    return now_mono - claimed_mono <= latest_start
+
+
+def stand_down(db: Database, claim: Claim, config: Config, held_for: float, now: datetime) -> str:
+    """No call: the lease lapsed before it. Only an event is written; the message is
+    re-claimed as usual once the lease has expired (the claim counts this attempt unknown,
+    which is safe: no request left this process)."""
+    log.warning(
+        "message %s attempt %s: lease lapsed before the call (claimed %.1f s ago, lease "
+        "%.1f s, deadline %.1f s); standing down without sending",
+        claim.message_id,
+        claim.attempt,
+        held_for,
+        config.lease_seconds,
+        config.provider_timeout,
+    )
+    with db.transaction() as session:
+        append_event(
+            session,
+            message_id=claim.message_id,
+            cycle=claim.cycle,
+            source=Source.WORKER.value,
+            kind="stood_down",
+            received_at=now,
+            applied=False,
+            detail={
+                "attempt": claim.attempt,
+                "why": "lease lapsed before the call",
+                "held_for_seconds": round(held_for, 3),
+                "lease_seconds": config.lease_seconds,
+            },
+        )
+    return "stood down: lease lapsed before the call"
 
 
 def record_outcome(
