@@ -38,7 +38,7 @@ class Config:
     redis_url: str
     secret_key: str
     public_base_url: str
-    # Sending (DESIGN section 7); seconds unless named otherwise.
+    # Sending (docs/design.md section 7); seconds unless named otherwise.
     provider_timeout: float = 10.0
     webhook_grace: float = 15.0
     backoff_base: float = 2.0
@@ -48,7 +48,7 @@ class Config:
     cap_unknown: int = 5
     cap_rate_limited: int = 10
     lease_margin: float = 5.0
-    # The sweeper (DESIGN section 2).
+    # The sweeper (docs/design.md section 2).
     sweep_interval: float = 2.0
     rering_age: float = 30.0
     parked_max_age_days: int = 7

@@ -1,4 +1,4 @@
-"""What a failed attempt means for the next one (DESIGN section 7). Pure: time passed in.
+"""What a failed attempt means for the next one (docs/design.md section 7). Pure: time passed in.
 
 The provider module classifies; this decides: fail now, retry at a time, or hold the
 message while its sender is broken. Caps count attempts of a class within one cycle.

@@ -1,4 +1,4 @@
-"""The send job: one RQ job per message, carrying its id only (DESIGN section 7).
+"""The send job: one RQ job per message, carrying its id only (docs/design.md section 7).
 
 `send_message(id)` is claim, call, record:
 1. Claim the row in one fenced update (or exit quietly: nothing to do, or not ours).

@@ -1,6 +1,6 @@
 """The sweeper: a database-driven loop, not an RQ job (it must survive a Redis flush).
 
-Every pass (DESIGN section 2):
+Every pass (docs/design.md section 2):
 1. replay webhook statuses not yet applied (ones whose apply failed, and recently parked);
 2. re-ring due messages not rung recently (queued, retries whose time has come, expired
    leases, held messages whose identity is active again), skipping paused identities;

@@ -1,4 +1,4 @@
-"""Meta webhook bodies for tests, from the fixtures transcribed from PROVIDERS.md."""
+"""Meta webhook bodies for tests, from the fixtures transcribed from Meta's documentation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The state machine, tested exhaustively against DESIGN section 3's tables.
+"""The state machine, tested exhaustively against docs/design.md section 3's tables.
 
 The expectations below are written from the design's text, independently of the
 `ALLOWED` table in `app/lifecycle.py`, so a wrong entry there fails here.

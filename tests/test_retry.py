@@ -1,4 +1,4 @@
-"""The next step after a failed attempt: DESIGN section 7's classes, formula and caps."""
+"""The next step after a failed attempt: docs/design.md section 7's classes, formula and caps."""
 
 from __future__ import annotations
 

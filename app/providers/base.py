@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 
 class FailureClass(StrEnum):
-    """What a failed attempt means for the message (DESIGN section 7)."""
+    """What a failed attempt means for the message (docs/design.md section 7)."""
 
     UNKNOWN = "unknown"  # the provider may hold the message: wait for its webhook, then retry
     RATE_LIMITED = "rate_limited"  # too fast for the number or the app: retry later

@@ -1,7 +1,8 @@
 """Provider error codes as data: what each means, its failure class, what a person should do.
 
-The one place DESIGN section 7's table lives. Source of the codes: PROVIDERS.md 1.4 (WhatsApp)
-and section 3 (Twilio). The mapping from that table's labels:
+The one place docs/design.md section 7's table lives. Source of the codes: Meta's
+error-code reference (WhatsApp) and Twilio's error reference. The mapping from that
+table's labels:
 
 - T (transient) -> `unknown`, except rate limits (4, 80007, 130429) -> `rate_limited` and the
   pair limit 131056 -> `pair_limited`;
@@ -141,7 +142,7 @@ WHATSAPP: dict[int, Classification] = {
         "The user is part of a Meta experiment; the message was not sent.",
         "Nothing to fix; a later message may go through.",
     ),
-    # PROVIDERS.md gives these two no T/P/A letter. "Fix the media, then maybe retry" is P's
+    # The public sources give these two no T/P/A letter. "Fix the media, then maybe retry" is P's
     # "do not retry as it is": permanent (131052 concerns a customer's inbound media).
     131052: _c(
         PERMANENT,
@@ -152,7 +153,7 @@ WHATSAPP: dict[int, Classification] = {
         PERMANENT, "Could not upload the media of this message.", "Fix the media, then requeue."
     ),
     # P, but a template problem: a person must fix the template, so first in the dead letters.
-    # Codes of the range PROVIDERS.md does not list still name a template problem (DESIGN 7).
+    # Codes of the range no source lists still name a template problem (docs/design.md section 7).
     **dict.fromkeys(range(132000, 132017), _TEMPLATE_RANGE),
     132000: _c(NEEDS_HUMAN, "Template parameter count does not match.", _FIX_TEMPLATE),
     132001: _c(NEEDS_HUMAN, "Template name or language not found.", _FIX_TEMPLATE),
@@ -254,8 +255,9 @@ class DeadLetterGroup:
         return code is not None and code in self.codes.get(provider, frozenset())
 
 
-# The ones a person can act on first (DESIGN 7): exhausted, template rejected, window
-# closed, unknown code. First match wins; everything else comes after, in `rank` order.
+# The ones a person can act on first (docs/design.md section 7): exhausted, template
+# rejected, window closed, unknown code. First match wins; everything else comes after,
+# in `rank` order.
 ACTIONABLE_ORDER: tuple[DeadLetterGroup, ...] = (
     DeadLetterGroup("exhausted", EXHAUSTED),
     DeadLetterGroup("template", NEEDS_HUMAN, {"whatsapp": frozenset(range(132000, 132017))}),

@@ -1,7 +1,7 @@
 """WhatsApp Business Cloud API: the send call, its answers, and the status webhook.
 
-Facts from PROVIDERS.md section 1. Translates and talks HTTP (through `http.py`); knows
-nothing of the database or the queue.
+Facts from the Cloud API's public documentation. Translates and talks HTTP (through
+`http.py`); knows nothing of the database or the queue.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ SIGNATURE_HEADER = "x-hub-signature-256"
 SIGNATURE_PREFIX = "sha256="
 MAX_CALLBACK_DATA = 512  # biz_opaque_callback_data
 
-# Titles are embedded in the message as "(#130429) Rate limit hit" (PROVIDERS.md 1.1).
+# Titles are embedded in the message as "(#130429) Rate limit hit" (Meta's error-codes reference).
 _TITLE_IN_MESSAGE = re.compile(r"^\(#\d+\)\s*(.+)$", re.DOTALL)
 
 
@@ -142,7 +142,7 @@ class WhatsAppProvider:
 
 
 def build_body(message: OutboundMessage) -> dict[str, Any]:
-    """The JSON of `POST /{phone_number_id}/messages` (PROVIDERS.md 1.1)."""
+    """The JSON of `POST /{phone_number_id}/messages` (Meta's error-codes reference)."""
     if len(message.correlation_id) > MAX_CALLBACK_DATA:
         # Our own id (message id and cycle), never user input: a bug to fail loudly on.
         raise ValueError(f"correlation id longer than {MAX_CALLBACK_DATA} characters")

@@ -1,4 +1,4 @@
-"""Every sandbox fault recipient ends where DESIGN section 7's table says, over real HTTP."""
+"""Every sandbox fault recipient ends where docs/design.md section 7's table says, over HTTP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The code table: every WhatsApp code of PROVIDERS.md 1.4 lands in the class DESIGN 7 gives.
+"""The code table: every documented WhatsApp error code lands in the class that
+docs/design.md section 7 gives.
 
 The expectations are written here from the design text, not read from the table under test:
 T -> unknown (rate limits 4, 80007, 130429 -> rate_limited; 131056 -> pair_limited);

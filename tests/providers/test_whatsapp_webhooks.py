@@ -1,7 +1,7 @@
 """Reading WhatsApp status webhooks, and checking their signature over the raw bytes.
 
-Payloads: the documented bodies in tests/fixtures/whatsapp (PROVIDERS.md 1.2), plus inline
-variations for batches, errors and malformed bodies.
+Payloads: the documented bodies in tests/fixtures/whatsapp (Meta's status webhook reference),
+plus inline variations for batches, errors and malformed bodies.
 """
 
 from __future__ import annotations
