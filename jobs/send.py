@@ -73,6 +73,13 @@ def send_message(message_id: int) -> str:
     return outcome
 
 
+def ring_message(message_id: int, lane: str, identity_id: int) -> bool:
+    """Ring the message's lane to send it now (False: Redis is unreachable; the sweeper
+    rings it later). The one entry point for views and commands that make a message due."""
+    del identity_id  # the unit of work is one message; the identity will decide it later
+    return ring(send_message, lane, message_id)
+
+
 def sender_problem(box: SecretBox, identity: Identity) -> str | None:
     """Why this identity can never send as it stands (None: it can try).
 

@@ -11,8 +11,7 @@ from app.db import get_db
 from app.providers.base import FailureClass
 from app.repo import messages, staff
 from app.repo.queue import dead_letters
-from jobs.queues import ring
-from jobs.send import send_message
+from jobs.send import ring_message
 
 message_cli = AppGroup("message", help="Messages: requeue, dead letters.")
 
@@ -45,7 +44,7 @@ def message_requeue(message_id: int, actor: str | None, force: bool, reason: str
         if message.provider_key_cycle != message.cycle
         else "a new provider key (the failed cycle had only definite rejections)"
     )
-    rung = ring(send_message, message.lane, message.id)
+    rung = ring_message(message.id, message.lane, message.identity_id)
     click.echo(
         f"requeued message {message_id} by {actor} as cycle {message.cycle}, under {key}; "
         + ("rung" if rung else "Redis unreachable: the sweeper will ring it")

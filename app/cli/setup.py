@@ -17,8 +17,7 @@ from app.crypto import get_box
 from app.db import get_db
 from app.repo import identities, staff, tenants
 from app.repo.sending import release_held
-from jobs.queues import ring
-from jobs.send import send_message
+from jobs.send import ring_message
 
 db_cli = AppGroup("db", help="The database schema.")
 tenant_cli = AppGroup("tenant", help="Tenants and their API keys.")
@@ -236,7 +235,7 @@ def identity_resume(identity_id: int) -> None:
     if not resumed:
         click.echo(f"identity {identity_id} was not paused; nothing changed")
         return
-    rung = sum(ring(send_message, lane, message_id) for message_id, lane in held)
+    rung = sum(ring_message(message_id, lane, identity_id) for message_id, lane in held)
     click.echo(
         f"resumed identity {identity_id}: {len(held)} waiting messages due now, "
         f"{rung} rung" + ("" if rung == len(held) else " (the sweeper rings the rest)")

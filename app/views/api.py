@@ -34,8 +34,7 @@ from app.sendrequest import (
 from app.views.body import BodyError, parse_json, read_body
 from app.views.errors import json_error
 from app.views.openapi import document as openapi_document
-from jobs.queues import ring
-from jobs.send import send_message
+from jobs.send import ring_message
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +155,7 @@ def create() -> ResponseReturnValue:
         return jsonify(message_json(message)), 200
 
     # Committed first, rung after: if Redis is down the sweeper rings it later.
-    if not ring(send_message, message.lane, message.id):
+    if not ring_message(message.id, message.lane, message.identity_id):
         with db.transaction() as session:
             mark_unrung(session, message.id)
     response = jsonify(message_json(message))
