@@ -286,6 +286,7 @@ class AuditEntry(Base):
     """Operator actions: who did what, when, and why."""
 
     __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_tenant_target", "tenant_id", "target"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     actor: Mapped[str] = mapped_column(String(200))
@@ -293,3 +294,23 @@ class AuditEntry(Base):
     target: Mapped[str] = mapped_column(String(100))
     detail: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime]
+    # The tenant whose data the action touched (None: platform-wide), so a tenant's staff
+    # see their own tenant's rows only.
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
+
+
+class SignInAttempt(Base):
+    """Every dashboard sign-in attempt, kept in the database so the throttle works while
+    Redis is down (counted per account and per address over a recent window)."""
+
+    __tablename__ = "sign_in_attempts"
+    __table_args__ = (
+        Index("ix_sign_in_attempts_email", "email", "attempted_at"),
+        Index("ix_sign_in_attempts_address", "address", "attempted_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    email: Mapped[str] = mapped_column(String(254))
+    address: Mapped[str] = mapped_column(String(64))
+    succeeded: Mapped[bool] = mapped_column(Boolean)
+    attempted_at: Mapped[datetime]

@@ -47,8 +47,23 @@ def record_audit(
     target: str,
     now: datetime,
     detail: dict[str, Any] | None = None,
+    *,
+    tenant_id: int | None = None,
 ) -> None:
+    """One audit row; `tenant_id` is the tenant whose data the action touched, so that
+    tenant's staff (and only they, with platform staff) can read it."""
     session.add(
-        AuditEntry(actor=actor, action=action, target=target, detail=detail, created_at=now)
+        AuditEntry(
+            actor=actor,
+            action=action,
+            target=target,
+            detail=detail,
+            created_at=now,
+            tenant_id=tenant_id,
+        )
     )
     session.flush()
+
+
+def get_staff(session: Session, staff_id: int) -> Staff | None:
+    return session.get(Staff, staff_id)
