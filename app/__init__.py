@@ -12,8 +12,22 @@ from app.config import Config
 
 def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Build the app; nothing connects, logs or registers before this is called."""
-    from app import cli, crypto, db
-    from app.views import api, errors, health, webhooks
+    from htmx_flask import Htmx
+
+    from app import auth, cli, crypto, db
+    from app.views import (
+        api,
+        dead_letters,
+        errors,
+        health,
+        messages,
+        overview,
+        pages,
+        search,
+        stuck,
+        webhooks,
+    )
+    from app.views import auth as sign_in
     from jobs import queues
 
     app = Flask(__name__, template_folder="../templates", static_folder="../static")
@@ -27,7 +41,20 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     crypto.init_app(app)
     cli.init_app(app)
     errors.init_app(app)
+    auth.init_app(app)
+    pages.init_app(app)
+    Htmx(app)
+    # The machine-facing areas authenticate by key or signature, never by cookie: no CSRF.
+    auth.csrf.exempt(api.bp)
+    auth.csrf.exempt(webhooks.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(api.bp)
     app.register_blueprint(webhooks.bp)
+    # The support dashboard.
+    app.register_blueprint(sign_in.bp)
+    app.register_blueprint(overview.bp)
+    app.register_blueprint(stuck.bp)
+    app.register_blueprint(dead_letters.bp)
+    app.register_blueprint(messages.bp)
+    app.register_blueprint(search.bp)
     return app

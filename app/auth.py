@@ -1,0 +1,134 @@
+"""Staff sessions for the dashboard: Flask-Login for who is signed in, Flask-WTF for CSRF,
+roles, and the tenant scope every dashboard query is filtered by.
+
+Roles are ordered: a `viewer` reads; an `operator` also requeues, pauses and resumes; an
+`admin` also manages staff and identities. Staff of a tenant see that tenant only;
+platform staff (no tenant) see every tenant and may narrow to one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from functools import wraps
+from typing import Any, TypeVar, cast
+
+from flask import Flask, Response, abort, flash, redirect, request, url_for
+from flask_login import LoginManager, UserMixin, current_user
+from flask_wtf.csrf import CSRFProtect
+
+from app.db import get_db
+from app.repo.logins import StaffMember, load_staff
+
+ROLE_RANK = {"viewer": 0, "operator": 1, "admin": 2}
+SESSION_LIFETIME = timedelta(hours=12)
+
+login_manager = LoginManager()
+csrf = CSRFProtect()
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class SignedInStaff(UserMixin):
+    """The signed-in staff member, as Flask-Login wants it."""
+
+    def __init__(self, member: StaffMember) -> None:
+        self.member = member
+
+    def get_id(self) -> str:
+        return str(self.member.id)
+
+    @property
+    def email(self) -> str:
+        return self.member.email
+
+    @property
+    def role(self) -> str:
+        return self.member.role
+
+    @property
+    def tenant_id(self) -> int | None:
+        return self.member.tenant_id
+
+    @property
+    def tenant_name(self) -> str | None:
+        return self.member.tenant_name
+
+    @property
+    def is_platform(self) -> bool:
+        return self.member.tenant_id is None
+
+    def can(self, role: str) -> bool:
+        return ROLE_RANK.get(self.member.role, -1) >= ROLE_RANK[role]
+
+
+def staff() -> SignedInStaff:
+    """The signed-in staff member (call only behind `login_required`)."""
+    return cast(SignedInStaff, current_user._get_current_object())
+
+
+def requires_role(role: str) -> Callable[[F], F]:
+    """403 for a signed-in staff member below `role` (sign-in is checked before this)."""
+
+    def decorator(view: F) -> F:
+        @wraps(view)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not staff().can(role):
+                abort(403)
+            return view(*args, **kwargs)
+
+        return cast(F, wrapper)
+
+    return decorator
+
+
+def tenant_scope() -> int | None:
+    """The tenant every query of this request is limited to; None: every tenant.
+
+    A tenant's staff are always limited to their own tenant, whatever the URL says.
+    Platform staff may narrow to one with `?tenant=ID`.
+    """
+    member = staff()
+    if member.tenant_id is not None:
+        return member.tenant_id
+    chosen = request.args.get("tenant", "")
+    return int(chosen) if chosen.isdigit() else None
+
+
+def init_app(app: Flask) -> None:
+    config = app.config["RATCHET"]
+    app.config.update(
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=config.public_base_url.startswith("https://"),
+        REMEMBER_COOKIE_HTTPONLY=True,
+        REMEMBER_COOKIE_SAMESITE="Lax",
+        REMEMBER_COOKIE_SECURE=config.public_base_url.startswith("https://"),
+        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
+        # A support page stays open for hours: the token lives as long as the session.
+        WTF_CSRF_TIME_LIMIT=None,
+    )
+    login_manager.login_view = "auth.sign_in"
+    login_manager.login_message = "Sign in to see that page."
+    login_manager.login_message_category = "info"
+    login_manager.init_app(app)
+    csrf.init_app(app)
+
+    @login_manager.unauthorized_handler
+    def _unauthorized() -> Response:
+        target = url_for("auth.sign_in", next=request.full_path.rstrip("?"))
+        if request.headers.get("HX-Request") == "true":
+            # A poll whose session ended: send the whole page to sign-in, not into a table.
+            response = Response(status=401)
+            response.headers["HX-Redirect"] = target
+            return response
+        flash("Sign in to see that page.", "info")
+        return redirect(target)  # type: ignore[return-value]
+
+    @login_manager.user_loader
+    def _load(user_id: str) -> SignedInStaff | None:
+        if not user_id.isdigit():
+            return None
+        with get_db().transaction() as session:
+            member = load_staff(session, int(user_id))
+        return SignedInStaff(member) if member else None

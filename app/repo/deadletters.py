@@ -1,0 +1,182 @@
+"""The dead-letter page: failed messages, the actionable first, filtered and paged by keyset.
+
+The order is the one the CLI uses (`app/repo/queue.py`): the rank stored when the message
+failed, then newest first, then id; a page starts strictly after the last row of the one
+before it, so a new failure never shifts a row onto two pages or off both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import ColumnElement, Select, and_, or_, select
+from sqlalchemy.orm import Session
+
+from app.lifecycle import Status
+from app.models import Identity, Message, Tenant
+from app.providers.classification import UnknownProviderCodesError, describe
+from app.repo.messages import provider_may_hold
+
+PAGE_SIZE = 50
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """The sort key of the last row shown: (rank, failed_at, id)."""
+
+    rank: int | None
+    failed_at: datetime
+    id: int
+
+    def encode(self) -> str:
+        micros = (self.failed_at - _EPOCH) // timedelta(microseconds=1)
+        return f"{'n' if self.rank is None else self.rank}.{micros}.{self.id}"
+
+    @classmethod
+    def decode(cls, raw: str | None) -> Cursor | None:
+        if not raw:
+            return None
+        parts = raw.split(".")
+        if len(parts) != 3 or not parts[1].lstrip("-").isdigit() or not parts[2].isdigit():
+            return None
+        if parts[0] != "n" and not parts[0].isdigit():
+            return None
+        rank = None if parts[0] == "n" else int(parts[0])
+        return cls(rank, _EPOCH + timedelta(microseconds=int(parts[1])), int(parts[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    tenant_id: int | None = None
+    identity_id: int | None = None
+    failure_class: str | None = None
+    code: int | None = None
+    since: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRow:
+    message: Message
+    tenant_name: str
+    provider: str
+    account_id: str
+    meaning: str
+    action: str
+    # Why the provider may already hold a deliverable copy (no plain requeue), or None.
+    held: str | None
+
+    @property
+    def error(self) -> dict[str, object]:
+        return dict(self.message.last_error or {})
+
+    @property
+    def same_key(self) -> bool:
+        """A requeue goes out under the same provider key: an outcome was unknown."""
+        return bool(self.message.had_unknown_outcome)
+
+
+def advice(provider: str, failure_class: str | None, code: object) -> tuple[str, str]:
+    """What the failure means and what a person should do, from the classification table."""
+    try:
+        known = describe(provider, code if isinstance(code, int) else None)
+    except UnknownProviderCodesError:
+        known = None
+    if failure_class == "exhausted":
+        last = f" The last answer: {known.meaning}" if known else ""
+        return (
+            f"Ratchet gave up after its retry cap.{last}",
+            "Requeue once the provider is well again; read the attempts first.",
+        )
+    if known is not None:
+        return known.meaning, known.action
+    if code is None:
+        return (
+            "The provider gave no error code.",
+            "Read the verbatim answer below and the attempts on the message's page.",
+        )
+    return (
+        f"A code Ratchet does not know ({code}).",
+        "Look the code up in the provider's documentation; requeue once it is understood.",
+    )
+
+
+def _after(cursor: Cursor) -> ColumnElement[bool]:
+    tail = or_(
+        Message.failed_at < cursor.failed_at,
+        and_(Message.failed_at == cursor.failed_at, Message.id < cursor.id),
+    )
+    if cursor.rank is None:
+        return and_(Message.dead_letter_rank.is_(None), tail)
+    return or_(
+        Message.dead_letter_rank > cursor.rank,
+        Message.dead_letter_rank.is_(None),
+        and_(Message.dead_letter_rank == cursor.rank, tail),
+    )
+
+
+def _row(
+    session: Session, message: Message, tenant_name: str, provider: str, account: str
+) -> DeadLetterRow:
+    meaning, action = advice(
+        provider, message.failure_class, (message.last_error or {}).get("code")
+    )
+    return DeadLetterRow(
+        message=message,
+        tenant_name=tenant_name,
+        provider=provider,
+        account_id=account,
+        meaning=meaning,
+        action=action,
+        held=provider_may_hold(session, message),
+    )
+
+
+def _base() -> Select[Message, str, str, str]:
+    return (
+        select(Message, Tenant.name, Identity.provider, Identity.account_id)
+        .join(Identity, Identity.id == Message.identity_id)
+        .join(Tenant, Tenant.id == Message.tenant_id)
+        .where(Message.status == Status.FAILED.value)
+    )
+
+
+def dead_letter_page(
+    session: Session, filters: Filters, after: Cursor | None = None, limit: int = PAGE_SIZE
+) -> tuple[list[DeadLetterRow], Cursor | None]:
+    """One page of dead letters and the cursor of the next page (None: this is the last)."""
+    query = _base()
+    if filters.tenant_id is not None:
+        query = query.where(Message.tenant_id == filters.tenant_id)
+    if filters.identity_id is not None:
+        query = query.where(Message.identity_id == filters.identity_id)
+    if filters.failure_class:
+        query = query.where(Message.failure_class == filters.failure_class)
+    if filters.code is not None:
+        query = query.where(Message.last_error["code"].as_integer() == filters.code)
+    if filters.since is not None:
+        query = query.where(Message.failed_at >= filters.since)
+    if after is not None:
+        query = query.where(_after(after))
+    query = query.order_by(
+        Message.dead_letter_rank.asc().nulls_last(), Message.failed_at.desc(), Message.id.desc()
+    ).limit(limit + 1)
+    found = list(session.execute(query))
+    rows = [_row(session, *row) for row in found[:limit]]
+    if len(found) <= limit or not rows:
+        return rows, None
+    last = rows[-1].message
+    assert last.failed_at is not None
+    return rows, Cursor(last.dead_letter_rank, last.failed_at, last.id)
+
+
+def dead_letter_row(
+    session: Session, message_id: int, tenant_id: int | None
+) -> DeadLetterRow | None:
+    """One failed message as a dead-letter row, if the scope may see it."""
+    query = _base().where(Message.id == message_id)
+    if tenant_id is not None:
+        query = query.where(Message.tenant_id == tenant_id)
+    found = session.execute(query).one_or_none()
+    return _row(session, *found) if found else None

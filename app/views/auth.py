@@ -1,0 +1,89 @@
+"""Signing staff in and out of the dashboard."""
+
+from __future__ import annotations
+
+from functools import cache
+from urllib.parse import urlsplit
+
+from flask import Blueprint, flash, g, redirect, render_template, request, session, url_for
+from flask.typing import ResponseReturnValue
+from flask_login import current_user, login_user, logout_user
+
+from app.auth import SignedInStaff
+from app.crypto import check_password, hash_password
+from app.db import get_db
+from app.repo.logins import load_staff, record_sign_in, sign_in_wait
+from app.repo.staff import get_staff_by_email
+from app.views.pages import now
+
+bp = Blueprint("auth", __name__)
+
+BAD_LOGIN = "That email and password do not match a staff login."
+
+
+@cache
+def _decoy_hash() -> str:
+    # Checked against when the email is unknown, so both cases take the same slow hash.
+    return hash_password("not the password of anyone")
+
+
+def safe_next(target: str | None) -> str:
+    """Only a path on this site: never another host (`//evil`, `https://evil`)."""
+    if target:
+        parts = urlsplit(target)
+        local = not parts.scheme and not parts.netloc and target.startswith("/")
+        if local and not target.startswith("//") and "\\" not in target:
+            return target
+    return url_for("overview.index")
+
+
+def _clear_session() -> None:
+    session.clear()
+    # Flask-WTF caches the request's token in `g`; a cleared session needs a fresh one.
+    g.pop("csrf_token", None)
+
+
+@bp.route("/sign-in", methods=["GET", "POST"])
+def sign_in() -> ResponseReturnValue:
+    if request.method == "GET":
+        if current_user.is_authenticated:
+            return redirect(safe_next(request.args.get("next")))
+        return render_template("auth/sign_in.html", next=request.args.get("next", ""))
+    email = request.form.get("email", "").strip().lower()[:254]
+    password = request.form.get("password", "")
+    address = (request.remote_addr or "unknown")[:64]
+    moment = now()
+    member = None
+    with get_db().transaction() as db_session:
+        wait = sign_in_wait(db_session, email, address, moment)
+        if not wait:
+            found = get_staff_by_email(db_session, email) if email else None
+            ok = check_password(password, found.password_hash if found else _decoy_hash())
+            ok = ok and found is not None
+            record_sign_in(db_session, email, address, ok, moment)
+            if ok and found is not None:
+                member = load_staff(db_session, found.id)
+    if wait:
+        minutes = max(1, round(wait.total_seconds() / 60))
+        error = f"Too many attempts; try again in {minutes} min."
+        page = render_template(
+            "auth/sign_in.html", error=error, email=email, next=request.form.get("next", "")
+        )
+        return page, 429
+    if member is None:
+        page = render_template(
+            "auth/sign_in.html", error=BAD_LOGIN, email=email, next=request.form.get("next", "")
+        )
+        return page, 401
+    _clear_session()  # nothing from before sign-in survives it
+    login_user(SignedInStaff(member))
+    session.permanent = True
+    return redirect(safe_next(request.form.get("next")))
+
+
+@bp.post("/sign-out")
+def sign_out() -> ResponseReturnValue:
+    logout_user()
+    _clear_session()
+    flash("Signed out.", "info")
+    return redirect(url_for("auth.sign_in"))

@@ -1,0 +1,81 @@
+"""Dead letters (`/dead-letters`): failed messages, the actionable first, filtered, paged by
+keyset, each with the provider's words verbatim, what they mean and what to do, and a
+one-click requeue for operators that answers in the row itself."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from flask import flash, redirect, render_template, request
+from flask.typing import ResponseReturnValue
+
+from app.auth import requires_role, tenant_scope
+from app.db import get_db
+from app.providers.base import FailureClass
+from app.repo.deadletters import Cursor, Filters, dead_letter_page, dead_letter_row
+from app.repo.overview import list_identities
+from app.repo.timeline import scoped_message
+from app.views.auth import safe_next
+from app.views.pages import is_htmx, now, staff_blueprint
+from app.views.requeueing import run_requeue, shown_cycle
+
+bp = staff_blueprint("dead_letters", __name__)
+
+PERIODS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
+CLASSES = [c.value for c in FailureClass]
+
+
+def _int(name: str) -> int | None:
+    raw = request.args.get(name, "").strip()
+    return int(raw) if raw.isdigit() and len(raw) <= 18 else None
+
+
+@bp.get("/dead-letters")
+def index() -> ResponseReturnValue:
+    scope = tenant_scope()
+    failure_class = request.args.get("class", "")
+    period = request.args.get("period", "")
+    filters = Filters(
+        tenant_id=scope,
+        identity_id=_int("identity"),
+        failure_class=failure_class if failure_class in CLASSES else None,
+        code=_int("code"),
+        since=now() - PERIODS[period] if period in PERIODS else None,
+    )
+    after = Cursor.decode(request.args.get("after"))
+    with get_db().transaction() as session:
+        rows, next_cursor = dead_letter_page(session, filters, after)
+        identities = list_identities(session, scope)
+    kept = {k: v for k, v in request.args.items() if k != "after" and v}
+    return render_template(
+        "dead_letters/index.html",
+        rows=rows,
+        next_args={**kept, "after": next_cursor.encode()} if next_cursor else None,
+        first_args=kept if after else None,
+        identities=identities,
+        classes=CLASSES,
+        periods=PERIODS,
+        args=request.args,
+        now=now(),
+    )
+
+
+@bp.post("/dead-letters/<int:message_id>/requeue")
+@requires_role("operator")
+def requeue(message_id: int) -> ResponseReturnValue:
+    said = run_requeue(message_id, shown_cycle(request.form.get("cycle")))
+    if not is_htmx():
+        flash(f"Message {message_id}: {said.words}", "ok" if said.ok else "refused")
+        return redirect(safe_next(request.form.get("next")))
+    with get_db().transaction() as session:
+        row = dead_letter_row(session, message_id, tenant_scope())
+        current = scoped_message(session, message_id, tenant_scope())
+    return render_template(
+        "dead_letters/_row.html",
+        row=row,
+        message_id=message_id,
+        status=current.status if current else "queued",
+        said=said,
+        now=now(),
+        back=request.form.get("next", ""),
+    )

@@ -1,0 +1,67 @@
+"""A message's page (`/messages/<id>`): its status widget, the failure and the safe next
+step, its keys, the timeline, attempts, raw webhooks and audit rows."""
+
+from __future__ import annotations
+
+from flask import abort, flash, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
+
+from app.auth import requires_role, tenant_scope
+from app.db import get_db
+from app.repo.deadletters import advice
+from app.repo.timeline import REFUSALS, MessageStory, message_story
+from app.views.pages import is_htmx, now, scope_args, staff_blueprint
+from app.views.requeueing import run_requeue, shown_cycle
+
+bp = staff_blueprint("messages", __name__)
+
+
+def _story(message_id: int) -> MessageStory:
+    with get_db().transaction() as session:
+        story = message_story(session, message_id, tenant_scope())
+    if story is None:
+        abort(404)
+    return story
+
+
+def _context(story: MessageStory) -> dict[str, object]:
+    error = story.message.last_error or {}
+    meaning, action = advice(
+        story.identity.provider, story.message.failure_class, error.get("code")
+    )
+    return {
+        "story": story,
+        "m": story.message,
+        "error": error,
+        "meaning": meaning,
+        "action": action,
+        "refusals": REFUSALS,
+        "now": now(),
+    }
+
+
+@bp.get("/messages/<int:message_id>")
+def detail(message_id: int) -> ResponseReturnValue:
+    return render_template("messages/detail.html", **_context(_story(message_id)))
+
+
+@bp.get("/messages/<int:message_id>/status")
+def status(message_id: int) -> ResponseReturnValue:
+    """The status widget alone; it polls itself until the message is read or failed."""
+    response = render_template("messages/_status.html", **_context(_story(message_id)))
+    return response, 200, {"Vary": "HX-Request"}
+
+
+@bp.post("/messages/<int:message_id>/requeue")
+@requires_role("operator")
+def requeue(message_id: int) -> ResponseReturnValue:
+    force = request.form.get("force") == "1"
+    reason = request.form.get("reason", "").strip()[:500] or None
+    said = run_requeue(
+        message_id, shown_cycle(request.form.get("cycle")), force=force, reason=reason
+    )
+    if not is_htmx():
+        flash(said.words, "ok" if said.ok else "refused")
+        return redirect(url_for("messages.detail", message_id=message_id, **scope_args()))
+    context = _context(_story(message_id))
+    return render_template("messages/_requeue.html", said=said, oob_status=True, **context)

@@ -1,0 +1,184 @@
+"""What every dashboard page shares: the clock, the stuck threshold, and the filters the
+templates use to show times, phones and states the same way everywhere."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from flask import Blueprint, Flask, current_app, render_template, request
+from flask.typing import ResponseReturnValue
+from flask_login import current_user
+from flask_wtf.csrf import CSRFError
+from markupsafe import Markup, escape
+from werkzeug.exceptions import HTTPException
+
+from app.auth import login_manager, staff, tenant_scope
+from app.clock import utcnow
+from app.config import env_float
+from app.db import get_db
+from app.lifecycle import Status
+from app.repo.overview import list_tenants
+
+DEFAULT_STUCK_AFTER = 60.0
+
+# Glyph + word + colour class: a state is never told by colour alone.
+STATE_GLYPHS = {
+    Status.QUEUED.value: "○",
+    Status.SENDING.value: "◐",
+    Status.SENT.value: "✓",
+    Status.DELIVERED.value: "✓✓",
+    Status.READ.value: "✓✓",
+    Status.FAILED.value: "✕",
+}
+FINAL_STATES = frozenset({Status.READ.value, Status.FAILED.value})
+
+
+def now() -> datetime:
+    """The dashboard's clock: tests pass theirs in as `app.extensions["ratchet.clock"]`."""
+    clock: Callable[[], datetime] = current_app.extensions.get("ratchet.clock", utcnow)
+    return clock()
+
+
+def stuck_after() -> timedelta:
+    return timedelta(seconds=float(current_app.config["RATCHET_STUCK_AFTER"]))
+
+
+def is_htmx() -> bool:
+    """An HTMX request wants the partial only (htmx-flask reads the HX-Request header)."""
+    return bool(getattr(request, "htmx", False))
+
+
+def duration(delta: timedelta | None) -> str:
+    """A short human duration: 42 s, 4 m 12 s, 3 h 5 m, 2 d 4 h."""
+    if delta is None:
+        return "-"
+    seconds = int(abs(delta.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} m {seconds} s" if seconds else f"{minutes} m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} m" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def absolute(moment: datetime | None) -> str:
+    if moment is None:
+        return ""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def relative(moment: datetime | None) -> Markup:
+    """`4 m ago` (or `in 10 s`), with the absolute UTC time on hover and focus."""
+    if moment is None:
+        return Markup('<span class="muted">-</span>')
+    delta = now() - moment
+    words = f"{duration(delta)} ago" if delta >= timedelta(0) else f"in {duration(delta)}"
+    stamp = absolute(moment)
+    return Markup(
+        f'<time datetime="{escape(moment.isoformat())}" title="{escape(stamp)}" '
+        f'tabindex="0">{escape(words)}</time>'
+    )
+
+
+def mask_phone(value: str | None) -> str:
+    """Only the last four digits of a recipient; ids that are not phones are cut the same."""
+    if not value:
+        return ""
+    return "…" + value[-4:] if len(value) > 4 else value
+
+
+def mask_key(value: str | None) -> str:
+    """A long key or id cut to its ends, enough to compare by eye."""
+    if not value:
+        return ""
+    return value if len(value) <= 16 else f"{value[:8]}…{value[-6:]}"
+
+
+def state_badge(status: str) -> Markup:
+    glyph = STATE_GLYPHS.get(status, "?")
+    return Markup(
+        f'<span class="state state-{escape(status)}"><span aria-hidden="true">'
+        f"{escape(glyph)}</span> {escape(status)}</span>"
+    )
+
+
+def _require_sign_in() -> ResponseReturnValue | None:
+    if not current_user.is_authenticated:
+        return login_manager.unauthorized()
+    return None
+
+
+ERROR_WORDS = {
+    400: ("That request was refused", "Reload the page and try again."),
+    403: ("Not allowed for your role", "Ask an operator or an admin to do this."),
+    404: ("Not found", "There is no such page or message that you can see."),
+}
+
+
+def error_page(exc: HTTPException) -> ResponseReturnValue:
+    code = exc.code or 500
+    title, hint = ERROR_WORDS.get(code, (exc.name, ""))
+    if isinstance(exc, CSRFError):
+        title, hint = "The form had expired", "Reload the page and try again; nothing was changed."
+    template = "errors/_error.html" if is_htmx() else "errors/error.html"
+    return render_template(template, code=code, title=title, hint=hint), code
+
+
+def staff_blueprint(name: str, import_name: str) -> Blueprint:
+    """A blueprint of dashboard pages: every one of them requires a signed-in staff member,
+    and its errors are pages a person can read."""
+    bp = Blueprint(name, import_name)
+    bp.before_request(_require_sign_in)
+    for code in (403, 404):
+        bp.register_error_handler(code, error_page)
+    return bp
+
+
+def scope_args() -> dict[str, Any]:
+    """The tenant a platform staff member narrowed to, for links that keep it."""
+    if not current_user.is_authenticated or not staff().is_platform:
+        return {}
+    chosen = tenant_scope()
+    return {"tenant": chosen} if chosen is not None else {}
+
+
+def _page_context() -> dict[str, object]:
+    if not current_user.is_authenticated:
+        return {"me": None, "scope": {}}
+    member = staff()
+    tenants: list[tuple[int, str]] = []
+    if member.is_platform:
+        with get_db().transaction() as session:
+            tenants = list_tenants(session)
+    return {
+        "me": member,
+        "tenants": tenants,
+        "scope": scope_args(),
+        "chosen_tenant": tenant_scope(),
+    }
+
+
+def init_app(app: Flask) -> None:
+    # Read once, at start (RATCHET_STUCK_AFTER, seconds): the age past which a due message
+    # counts as stuck. Kept beside the dashboard until the app's Config carries it.
+    app.config.setdefault(
+        "RATCHET_STUCK_AFTER", env_float(os.environ, "RATCHET_STUCK_AFTER", DEFAULT_STUCK_AFTER)
+    )
+    app.jinja_env.filters.update(
+        duration=duration,
+        absolute=absolute,
+        relative=relative,
+        mask_phone=mask_phone,
+        mask_key=mask_key,
+        state_badge=state_badge,
+    )
+    app.jinja_env.globals.update(FINAL_STATES=FINAL_STATES)
+    app.context_processor(_page_context)
+    app.register_error_handler(CSRFError, error_page)

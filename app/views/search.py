@@ -1,0 +1,25 @@
+"""Search from every page: one match opens the message, several are listed."""
+
+from __future__ import annotations
+
+from flask import redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
+
+from app.auth import tenant_scope
+from app.db import get_db
+from app.repo.search import search_messages
+from app.views.pages import scope_args, staff_blueprint
+
+bp = staff_blueprint("search", __name__)
+
+
+@bp.get("/search")
+def index() -> ResponseReturnValue:
+    text = request.args.get("q", "").strip()[:200]
+    hits = []
+    if text:
+        with get_db().transaction() as session:
+            hits = search_messages(session, text, tenant_scope())
+    if len(hits) == 1:
+        return redirect(url_for("messages.detail", message_id=hits[0].id, **scope_args()))
+    return render_template("search/results.html", q=text, hits=hits)
