@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from flask import flash, redirect, render_template, request
+from flask import current_app, flash, redirect, render_template, request
 from flask.typing import ResponseReturnValue
 
 from app.auth import requires_role, tenant_scope
@@ -44,7 +44,9 @@ def index() -> ResponseReturnValue:
     )
     after = Cursor.decode(request.args.get("after"))
     with get_db().transaction() as session:
-        rows, next_cursor = dead_letter_page(session, filters, after)
+        rows, next_cursor = dead_letter_page(
+            session, filters, after, limit=int(current_app.config["RATCHET_PAGE_SIZE"])
+        )
         identities = list_identities(session, scope)
     kept = {k: v for k, v in request.args.items() if k != "after" and v}
     return render_template(

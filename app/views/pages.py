@@ -171,6 +171,7 @@ def init_app(app: Flask) -> None:
     app.config.setdefault(
         "RATCHET_STUCK_AFTER", env_float(os.environ, "RATCHET_STUCK_AFTER", DEFAULT_STUCK_AFTER)
     )
+    app.config.setdefault("RATCHET_PAGE_SIZE", 50)
     app.jinja_env.filters.update(
         duration=duration,
         absolute=absolute,

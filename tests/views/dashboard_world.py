@@ -94,8 +94,13 @@ def failed_message(
     recipient: str = "15551234567",
     minute: int = 0,
     key: str | None = None,
+    accepted_id: str | None = None,
 ) -> int:
-    """A message whose one attempt ended in `failure_class` with `error` verbatim."""
+    """A message whose one attempt ended in `failure_class` with `error` verbatim.
+
+    With `accepted_id`, that attempt was answered with a provider id first (no `failed`
+    status names it): the provider may hold a deliverable copy.
+    """
     when = T0 + timedelta(minutes=minute)
     message_id = make_message(database, world, recipient=recipient, now=when, key=key)
     error = error or {
@@ -113,6 +118,7 @@ def failed_message(
             when,
             "unknown" if had_unknown else failure_class,
             http_status=400,
+            provider_message_id=accepted_id,
             error=error,
             response_body=json.dumps({"error": error}),
         )
