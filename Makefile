@@ -5,8 +5,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-install
+# The dashboard's htmx, from the npm registry at install time (never committed).
+HTMX_VERSION := 2.0.11
+HTMX_STAMP := static/vendor/.stamp-htmx-$(HTMX_VERSION)
 
-.PHONY: run test install lint services clean
+.PHONY: run test install assets lint services browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,13 +22,21 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
-run: install
+$(HTMX_STAMP):
+	@bash scripts/fetch-htmx $(HTMX_VERSION)
+
+assets: $(HTMX_STAMP)
+
+run: install assets
 	$(BIN)/python -m app.launcher
 
 services:
 	@bash scripts/ensure-services
 
-test: install services
+browser:
+	@bash scripts/ensure-browser
+
+test: install assets services browser
 	@bash scripts/run-tests
 
 lint: install
@@ -34,4 +45,4 @@ lint: install
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) instance
+	rm -rf $(VENV) instance static/vendor
