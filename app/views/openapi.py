@@ -11,8 +11,21 @@ from typing import Any
 
 from app.sendrequest import SendRequest
 
-# Routes deliberately left out of the document.
-INTERNAL = {"/static/<path:filename>"}
+# Routes deliberately left out of the document: static files and the support dashboard's
+# HTML pages (for staff signed in with a session, not an API).
+INTERNAL = {
+    "/static/<path:filename>",
+    "/sign-in",
+    "/sign-out",
+    "/",
+    "/stuck",
+    "/dead-letters",
+    "/dead-letters/<int:message_id>/requeue",
+    "/messages/<int:message_id>",
+    "/messages/<int:message_id>/status",
+    "/messages/<int:message_id>/requeue",
+    "/search",
+}
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
