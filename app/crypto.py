@@ -44,9 +44,16 @@ def new_api_key() -> tuple[str, str, str]:
     return f"{prefix}.{secret}", prefix, sha256_hex(secret)
 
 
+_KEY_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
 def split_api_key(key: str) -> tuple[str, str] | None:
+    """(prefix, secret) of a key shaped like ours; None for anything else, before any
+    lookup (a NUL or other character no key has must not reach the database)."""
     prefix, dot, secret = key.partition(".")
     if not dot or not prefix.startswith("rk_") or not secret:
+        return None
+    if not set(prefix + secret) <= _KEY_CHARACTERS or len(prefix) > 32:
         return None
     return prefix, secret
 

@@ -64,6 +64,24 @@ class SendRequest(BaseModel):
             raise ValueError("must not contain NUL characters")
         return value
 
+    @field_validator("template")
+    @classmethod
+    def _no_nul_in_template(cls, value: Template | None) -> Template | None:
+        # No provider takes one, and a PostgreSQL text column cannot hold one.
+        if value is not None and _holds_nul(value.model_dump()):
+            raise ValueError("must not contain NUL characters")
+        return value
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return NUL in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
+
 
 def parse_send_request(payload: Any, header_key: str | None) -> SendRequest:
     """Validate the body and merge the `Idempotency-Key` header into it."""

@@ -10,6 +10,7 @@ large.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from flask import request
@@ -39,18 +40,38 @@ def read_body(limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _no_constant(name: str) -> Any:
+    raise BodyError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise BodyError(f"the number {text[:20]} is too large")
+    return value
+
+
 def parse_json(raw: bytes) -> Any:
     """`json.loads`, with every way it can refuse untrusted bytes as one `BodyError`.
 
     UTF-8 only (RFC 8259): `json.loads` would also take UTF-16 or UTF-32 bytes, which we
-    then could not store or show as the text we received.
+    then could not store or show as the text we received. Python's parser also takes what
+    JSON does not have, and what the database then refuses: NaN and Infinity, numbers too
+    large for a float, and lone surrogates escaped as `\\ud800` (text no encoding can hold).
     """
     try:
-        return json.loads(raw.decode("utf-8"))
+        value = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+        # A lone surrogate survives parsing as a str that cannot be encoded again.
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
     except RecursionError as exc:
         raise BodyError("the JSON is nested too deeply") from exc
+    except UnicodeEncodeError as exc:
+        raise BodyError("the JSON holds text that is not valid Unicode (a lone surrogate)") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BodyError(str(exc)) from exc
+    except BodyError:
+        raise
     except ValueError as exc:
         # Python refuses to convert an integer of more than 4,300 digits (a CPU guard).
         raise BodyError("a number in it has too many digits") from exc
+    return value

@@ -24,6 +24,7 @@ import logging
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
+from sqlalchemy.exc import DBAPIError
 
 from app.clock import utcnow
 from app.config import Config
@@ -113,37 +114,78 @@ def receive(provider: Provider) -> ResponseReturnValue:
         if unknown:
             log.warning("%s webhook names unknown identities %s", provider.name, unknown)
         now = utcnow()
+        # The raw delivery commits on its own first: whatever follows, it is kept.
         delivery_id = store_delivery(
             session, provider.name, known[0].id, dict(request.headers), raw.decode("utf-8"), now
         )
-        try:
-            batch = provider.parse_webhook(payload)
-        except WebhookFormatError as exc:
-            # Signed by the provider but not a shape we know: kept verbatim for a person to
-            # read, and acknowledged, since a non-2xx would only make it come back.
-            log.error("%s delivery %s kept but not understood: %s", provider.name, delivery_id, exc)
-            return jsonify(received=0, stored=delivery_id, error=f"not understood: {exc}"), 202
-        ids = {rid: identity.id for rid, identity in by_route.items()}
-        incoming = _incoming(provider, batch, ids)
-        status_ids, duplicates = store_statuses(session, delivery_id, incoming, now)
-        unmatched = len(incoming) - duplicates - len(status_ids)
-        # Sorted for the reason the statuses are: one lock order for every delivery.
-        inbound = sorted(
-            (item for item in batch.inbound if item.routing_id in ids),
-            key=lambda item: (ids[item.routing_id], item.sender),
+    try:
+        batch = provider.parse_webhook(payload)
+    except WebhookFormatError as exc:
+        # Signed by the provider but not a shape we know: kept verbatim for a person to
+        # read, and acknowledged, since a non-2xx would only make it come back.
+        log.error("%s delivery %s kept but not understood: %s", provider.name, delivery_id, exc)
+        return jsonify(received=0, stored=delivery_id, error=f"not understood: {exc}"), 202
+    ids = {rid: identity.id for rid, identity in by_route.items()}
+    incoming, unstorable = _storable(_incoming(provider, batch, ids))
+    if unstorable:
+        log.error(
+            "%s delivery %s: %d statuses with values no real one has (kept in the raw body)",
+            provider.name,
+            delivery_id,
+            unstorable,
         )
-        for item in inbound:
-            open_window(session, ids[item.routing_id], item.sender, item.provider_time)
-        for reported in batch.errors:
-            log.warning("%s reported an error: %s", provider.name, reported.error.to_dict())
+    try:
+        with db.transaction() as session:
+            status_ids, duplicates = store_statuses(session, delivery_id, incoming, now)
+            # Sorted for the reason the statuses are: one lock order for every delivery.
+            inbound = sorted(
+                (
+                    item
+                    for item in batch.inbound
+                    if item.routing_id in ids and _fits(item.sender, WINDOW_RECIPIENT)
+                ),
+                key=lambda item: (ids[item.routing_id], item.sender),
+            )
+            for item in inbound:
+                open_window(session, ids[item.routing_id], item.sender, item.provider_time)
+    except DBAPIError as exc:
+        # Signed, kept verbatim, but its statuses cannot be stored: a 2xx all the same, or
+        # Meta would redeliver it for ever. A person reads it from the raw delivery.
+        log.error("%s delivery %s kept, statuses not stored: %s", provider.name, delivery_id, exc)
+        return jsonify(received=0, stored=delivery_id, error="statuses could not be stored"), 202
+    unmatched = len(incoming) - duplicates - len(status_ids)
+    for reported in batch.errors:
+        log.warning("%s reported an error: %s", provider.name, reported.error.to_dict())
 
     counts: dict[str, int] = {"duplicate": duplicates}
     if unmatched:
         counts[Result.UNMATCHED] = unmatched
+    if unstorable:
+        counts["unstorable"] = unstorable
     for status_id in status_ids:
         result = _apply_one(status_id)
         counts[result] = counts.get(result, 0) + 1
     return jsonify(received=len(batch.statuses), inbound=len(batch.inbound), results=counts)
+
+
+# Column widths of webhook_statuses and conversation_windows: a value past them (or with a
+# NUL, which PostgreSQL text cannot hold) is no real provider's.
+STATUS_LIMITS = {"provider_message_id": 200, "status": 20, "correlation_id": 512, "routing_id": 100}
+WINDOW_RECIPIENT = 100
+
+
+def _fits(value: str | None, width: int) -> bool:
+    return value is None or (len(value) <= width and "\x00" not in value)
+
+
+def _storable(statuses: list[IncomingStatus]) -> tuple[list[IncomingStatus], int]:
+    """The statuses whose values fit their columns, and how many did not."""
+    kept = [
+        status
+        for status in statuses
+        if all(_fits(getattr(status, name), width) for name, width in STATUS_LIMITS.items())
+    ]
+    return kept, len(statuses) - len(kept)
 
 
 def _verified(provider: Provider, raw: bytes, identities: list[Identity]) -> bool:
