@@ -13,6 +13,7 @@ from app.correlation import make_correlation_id
 from app.correlation import parse_correlation_id as parse_correlation_id_under
 from app.lifecycle import (
     FAILED_WORDS,
+    PROVIDER_WORDS,
     TIMESTAMP_FIELD,
     Decision,
     Refusal,
@@ -368,17 +369,20 @@ def requeue_message(
 
 
 def provider_may_hold(session: Session, message: Message) -> str | None:
-    """Why the provider may hold a deliverable copy of this failed cycle, or None.
+    """Why the provider may hold a deliverable copy of this message, or None.
 
-    Either the phone was reported to have it (a `delivered`/`read` refused because the
-    message had failed), or a provider id was accepted in the cycle and never reported
-    `failed` on its own: the second id of a double send is the usual case. A message the
-    provider accepted and then failed (131049, say) is not held.
+    Looked for across every cycle, since a copy an earlier cycle lost track of is just as
+    deliverable: a `delivered` or `read` reported for it (applied, refused because it had
+    failed, or recorded late for an earlier cycle), or a provider id it was accepted under
+    that was never reported `failed` on its own (the second id of a double send is the
+    usual case). A copy the provider accepted and then failed (131049, say) is not held.
     """
-    reached = reached_phone_after_failing(session, message.id, message.cycle)
-    if reached:
-        return f"it was reported {reached} after it failed"
-    for provider_id in accepted_provider_ids(session, message):
+    reached = reached_phone(session, message.id)
+    if reached is not None:
+        status, cycle = reached
+        when = "after it failed" if cycle == message.cycle else f"in cycle {cycle}"
+        return f"it was reported {status} {when}"
+    for provider_id, cycle in accepted_provider_ids(session, message):
         reported_failed = session.scalar(
             select(WebhookStatus.id)
             .where(
@@ -390,54 +394,63 @@ def provider_may_hold(session: Session, message: Message) -> str | None:
         )
         if reported_failed is None:
             return (
-                f"provider id {provider_id} was accepted in cycle {message.cycle} and "
-                "never reported failed"
+                f"provider id {provider_id} was accepted in cycle {cycle} and never reported failed"
             )
     return None
 
 
-def accepted_provider_ids(session: Session, message: Message) -> list[str]:
-    """Every provider id the failed cycle is known by: the one recorded on the row, the
-    ones its attempts were answered with, and both ids of any double send."""
-    found: list[str] = []
+def accepted_provider_ids(session: Session, message: Message) -> list[tuple[str, int]]:
+    """Every provider id the message is known by, with its cycle: the one on the row, the
+    ones its attempts were answered with, both ids of any double send, and the ids of the
+    provider's own `sent`/`delivered`/`read` statuses matched to it."""
+    found: list[tuple[str, int]] = []
     if message.provider_message_id:
-        found.append(message.provider_message_id)
+        found.append((message.provider_message_id, message.cycle))
     found.extend(
-        session.scalars(
-            select(Attempt.provider_message_id)
-            .where(
-                Attempt.message_id == message.id,
-                Attempt.cycle == message.cycle,
-                Attempt.provider_message_id.is_not(None),
-            )
-            .order_by(Attempt.number)
+        (row.provider_message_id, row.cycle)
+        for row in session.execute(
+            select(Attempt.provider_message_id, Attempt.cycle)
+            .where(Attempt.message_id == message.id, Attempt.provider_message_id.is_not(None))
+            .order_by(Attempt.cycle, Attempt.number)
         )
     )
-    doubles = session.scalars(
-        select(MessageEvent.detail).where(
-            MessageEvent.message_id == message.id,
-            MessageEvent.cycle == message.cycle,
-            MessageEvent.kind == "double_send",
+    for detail, cycle in session.execute(
+        select(MessageEvent.detail, MessageEvent.cycle).where(
+            MessageEvent.message_id == message.id, MessageEvent.kind == "double_send"
         )
-    )
-    for detail in doubles:
-        found.extend(pid for pid in (detail or {}).get("provider_message_ids", []) if pid)
-    return list(dict.fromkeys(found))
+    ):
+        found.extend((pid, cycle) for pid in (detail or {}).get("provider_message_ids", []) if pid)
+    advancing = [word for word, status in PROVIDER_WORDS.items() if status is not Status.FAILED]
+    for provider_id, event_cycle in session.execute(
+        select(WebhookStatus.provider_message_id, MessageEvent.cycle)
+        .join(MessageEvent, MessageEvent.dedupe_key == WebhookStatus.dedupe_key)
+        .where(
+            WebhookStatus.message_id == message.id,
+            WebhookStatus.status.in_(advancing),
+            WebhookStatus.provider_message_id.is_not(None),
+        )
+    ):
+        if provider_id:
+            found.append((provider_id, event_cycle))
+    seen: dict[str, int] = {}
+    for provider_id, cycle in found:
+        seen.setdefault(provider_id, cycle)
+    return list(seen.items())
 
 
-def reached_phone_after_failing(session: Session, message_id: int, cycle: int) -> str | None:
-    """`delivered` or `read` if such a status was refused because the message had failed."""
-    return session.scalars(
-        select(MessageEvent.to_status)
+def reached_phone(session: Session, message_id: int) -> tuple[str, int] | None:
+    """(status, cycle) of a `delivered` or `read` reported for the message in any cycle."""
+    row = session.execute(
+        select(MessageEvent.to_status, MessageEvent.cycle)
         .where(
             MessageEvent.message_id == message_id,
-            MessageEvent.cycle == cycle,
-            MessageEvent.refusal == Refusal.FAILED_IS_FINAL.value,
+            MessageEvent.source == Source.WEBHOOK.value,
             MessageEvent.to_status.in_([Status.DELIVERED.value, Status.READ.value]),
         )
         .order_by(MessageEvent.id.desc())
         .limit(1)
     ).first()
+    return (row.to_status, row.cycle) if row is not None else None
 
 
 def mark_unrung(session: Session, message_id: int) -> None:

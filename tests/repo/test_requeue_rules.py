@@ -21,6 +21,7 @@ from app.repo.sending import (
     record_accepted,
     record_retry,
     start_attempt,
+    take_verdict,
 )
 from app.repo.webhooks import apply_webhook_status
 
@@ -247,3 +248,52 @@ def test_a_delivered_committed_during_a_requeue_cannot_slip_between_its_check_an
         assert results["webhook"] == "stale" and row.cycle == 2
     else:
         assert "delivered" in results["requeue"] and row.cycle == 1
+
+
+def test_a_second_requeue_is_refused_when_an_earlier_cycles_copy_reached_the_phone(
+    db: Database,
+) -> None:
+    world = make_world(db)
+    message_id = make_message(db, world)
+    cycle1_correlation = correlation_of(db, message_id)
+
+    # Cycle 1: the last allowed unknown outcome (cap 1 here for brevity: the verdict path),
+    # the provider actually accepted it as wamid.A, its webhooks are late.
+    first = claim(db, message_id, at(0))
+    with db.transaction() as session:
+        finish_attempt(session, first, at(10), "unknown")
+        assert record_retry(
+            session,
+            first,
+            at(25),
+            failure_class="unknown",
+            error={"message": "timed out"},
+            unknown_attempts=5,
+            rate_limited_attempts=0,
+            had_unknown=True,
+            verdict="exhausted",
+        )
+    with db.transaction() as session:
+        verdict = take_verdict(session, message_id, at(26))
+        assert verdict is not None and verdict.applied
+    # Nothing known about wamid.A yet: the first requeue is (rightly) allowed.
+    with db.transaction() as session:
+        requeue_message(session, message_id, at(60), actor="ana")
+
+    # Cycle 2: accepted as wamid.B, which the provider then fails (131049).
+    second = claim(db, message_id, at(61))
+    accepted(db, second, "wamid.B", at(62))
+    assert webhook(db, world, "wamid.B", "failed", at(63), errors=({"code": 131049},)) == "applied"
+
+    # Cycle 1's copy reports in: sent, delivered and read on the customer's phone.
+    for word, t in (("sent", 64), ("delivered", 65), ("read", 66)):
+        result = webhook(db, world, "wamid.A", word, at(t), correlation_id=cycle1_correlation)
+        assert result == "stale"  # recorded for cycle 1, not applied to cycle 2
+
+    # The customer has read the message (cycle 1's copy). A second requeue must not
+    # text them again without --force.
+    with (
+        pytest.raises(RequeueRefusedError, match="reported read in cycle 1"),
+        db.transaction() as s,
+    ):
+        requeue_message(s, message_id, at(120), actor="ana")
