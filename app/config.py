@@ -48,6 +48,12 @@ class Config:
     cap_unknown: int = 5
     cap_rate_limited: int = 10
     lease_margin: float = 5.0
+    # Drains and pacing (docs/design.md section 7).
+    drain_slice: float = 5.0  # a drain hands its worker back after this long
+    drain_batch: int = 20  # messages claimed and sent together, at most
+    drain_concurrency: int = 10  # provider calls in flight per drain
+    pacing_burst: float = 0.1  # a bucket's burst, in seconds of its rate
+    pacing_slowdown: float = 60.0  # how long a provider's rate-limit answer halves the pace
     # The sweeper (docs/design.md section 2).
     sweep_interval: float = 2.0
     rering_age: float = 30.0
@@ -67,6 +73,12 @@ class Config:
             self.provider_timeout + self.webhook_grace,
         )
 
+    @property
+    def drain_lease_seconds(self) -> float:
+        """How long a drain's claim on its identity and lane lasts without renewal: a
+        killed or stopped drain strands them no longer than this."""
+        return self.drain_slice + self.lease_seconds
+
     @classmethod
     def from_env(
         cls, environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
@@ -82,6 +94,11 @@ class Config:
             "lease_margin": env_float(env, "RATCHET_LEASE_MARGIN", 5.0),
             "cap_unknown": env_int(env, "RATCHET_CAP_UNKNOWN", 5),
             "cap_rate_limited": env_int(env, "RATCHET_CAP_RATE_LIMITED", 10),
+            "drain_slice": env_float(env, "RATCHET_DRAIN_SLICE", 5.0),
+            "drain_batch": env_int(env, "RATCHET_DRAIN_BATCH", 20),
+            "drain_concurrency": env_int(env, "RATCHET_DRAIN_CONCURRENCY", 10),
+            "pacing_burst": env_float(env, "RATCHET_PACING_BURST", 0.1),
+            "pacing_slowdown": env_float(env, "RATCHET_PACING_SLOWDOWN", 60.0),
             "sweep_interval": env_float(env, "RATCHET_SWEEP_INTERVAL", 2.0),
             "rering_age": env_float(env, "RATCHET_RERING_AGE", 30.0),
         }

@@ -79,14 +79,3 @@ def plan_after_failure(
         # Not the message's fault: the attempt counts against no cap.
         return Plan(Step.HOLD, failure, None, unknown_attempts, rate_limited_attempts)
     return Plan(Step.FAIL, failure, None, unknown_attempts, rate_limited_attempts)
-
-
-def plan_after_lost_lease(config: Config, unknown_attempts: int) -> Plan | None:
-    """A re-claim after an expired lease: the lost attempt was an unknown outcome.
-
-    `unknown_attempts` already counts it. Returns a FAIL plan if the cap is reached, else
-    None (go ahead and send).
-    """
-    if unknown_attempts >= config.cap_unknown:
-        return Plan(Step.FAIL, FailureClass.EXHAUSTED, None, unknown_attempts, 0)
-    return None

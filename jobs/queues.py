@@ -7,6 +7,7 @@ re-reads its row and the sweeper re-rings what is due.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -63,6 +64,78 @@ def ring(func: Callable[..., Any], lane: str, *args: Any, at: datetime | None = 
         log.warning("could not ring %s%r on %s: %s", func.__name__, args, lane, exc)
         return False
     return True
+
+
+# A drain's claim on its identity and lane: set only if absent, so one drain is pending or
+# running per identity and lane; renewed while it runs, expiring like a lease.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+def drain_keys(identity_id: int, lane: str) -> tuple[str, str]:
+    """(the pending drain's key, its dirty flag)."""
+    return (
+        f"{QUEUE_PREFIX}:drain:{identity_id}:{lane}",
+        f"{QUEUE_PREFIX}:drain-dirty:{identity_id}:{lane}",
+    )
+
+
+def ring_drain(
+    drain: Callable[..., Any],
+    identity_id: int,
+    lane: str,
+    lease_ms: int,
+    redis: Redis | None = None,
+) -> bool:
+    """Make sure a drain of this identity and lane will look at the database after now.
+
+    1. Mark the pair dirty: a drain running now re-checks before it exits.
+    2. If no drain is pending or running (the key is absent), take the key with a fresh
+       token and enqueue one. Both in one round trip.
+    Returns False, and logs, when Redis cannot be reached (the sweeper rings later).
+    """
+    pending, dirty = drain_keys(identity_id, lane)
+    token = secrets.token_hex(8)
+    try:
+        connection = redis or get_redis()
+        pipe = connection.pipeline(transaction=True)
+        pipe.set(dirty, "1", px=lease_ms)
+        pipe.set(pending, token, nx=True, px=lease_ms)
+        _, won = pipe.execute()
+        if won:
+            get_queue(lane, connection).enqueue(drain, identity_id, lane, token)
+    except RedisError as exc:
+        log.warning("could not ring the %s drain of identity %s: %s", lane, identity_id, exc)
+        return False
+    return True
+
+
+def renew_drain(redis: Redis, identity_id: int, lane: str, token: str, lease_ms: int) -> bool:
+    """Keep the drain's claim; False if it expired and another drain holds it now."""
+    pending, _ = drain_keys(identity_id, lane)
+    return bool(redis.eval(_RENEW, 1, pending, token, lease_ms))
+
+
+def release_drain(redis: Redis, identity_id: int, lane: str, token: str) -> bool:
+    """Give the claim up; True if something was rung meanwhile (the dirty flag was set)."""
+    pending, dirty = drain_keys(identity_id, lane)
+    redis.eval(_RELEASE, 1, pending, token)
+    return bool(redis.getdel(dirty))
+
+
+def clear_dirty(redis: Redis, identity_id: int, lane: str) -> None:
+    """Before a drain looks at the database: a ring after this sets the flag again."""
+    redis.delete(drain_keys(identity_id, lane)[1])
 
 
 def whole_second_after(at: datetime) -> datetime:

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flask import current_app
@@ -26,7 +27,13 @@ from app.db import Database, get_db
 from app.lifecycle import Source
 from app.models import Identity
 from app.providers import PROVIDERS, get_provider
-from app.providers.base import Credentials, FailureClass, OutboundMessage, SendResult
+from app.providers.base import (
+    Credentials,
+    FailureClass,
+    OutboundMessage,
+    Provider,
+    SendResult,
+)
 from app.repo.events import append_event
 from app.repo.identities import get_identity, pause_identity, reveal_secrets
 from app.repo.messages import get_message
@@ -40,11 +47,12 @@ from app.repo.sending import (
     record_accepted,
     record_failed,
     record_held,
+    record_late_acceptance,
     record_retry,
     start_attempt,
     take_verdict,
 )
-from app.retry import Step, plan_after_failure, plan_after_lost_lease
+from app.retry import Step, plan_after_failure
 from jobs.queues import ring
 
 log = logging.getLogger(__name__)
@@ -74,10 +82,14 @@ def send_message(message_id: int) -> str:
 
 
 def ring_message(message_id: int, lane: str, identity_id: int) -> bool:
-    """Ring the message's lane to send it now (False: Redis is unreachable; the sweeper
-    rings it later). The one entry point for views and commands that make a message due."""
-    del identity_id  # the unit of work is one message; the identity will decide it later
-    return ring(send_message, lane, message_id)
+    """A message became due: ring its identity's drain for its lane (False: Redis is
+    unreachable; the sweeper rings it later). The one entry point for views and commands.
+    """
+    # Imported here: the drains are built on this module's per-message step.
+    from jobs.drain import ring_identity
+
+    del message_id  # the drain finds it: the unit of work is the identity and lane
+    return ring_identity(identity_id, lane, current_app.config["RATCHET"])
 
 
 def sender_problem(box: SecretBox, identity: Identity) -> str | None:
@@ -100,6 +112,21 @@ def sender_problem(box: SecretBox, identity: Identity) -> str | None:
             "set it again with `identity update`, then `identity resume`"
         )
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One claimed attempt, ready for its call: everything read inside the claim's
+    transaction, so the call itself needs no database."""
+
+    claim: Claim
+    claimed_mono: float
+    provider: Provider
+    credentials: Credentials
+    outbound: OutboundMessage
+    lane: str
+    recipient: str
+    counts: tuple[int, int, bool]
 
 
 def send_one(
@@ -130,55 +157,110 @@ def send_one(
         assert identity is not None
         problem = None if identity.paused_at else sender_problem(box, identity)
         if problem is not None:
-            if pause_identity(session, identity.id, problem, now):
-                log.error("identity %s paused: %s", identity.id, problem)
+            hold_unsendable(session, identity, problem, now)
             return f"held: identity paused ({problem})", None
         claim = claim_message(session, message_id, now, lease)
         if claim is None:
             # Rung early (RQ keeps whole seconds) or not ours: ring again for its time.
             return "not claimed", due_again_at(session, message_id, now)
-        message = get_message(session, message_id)
-        assert message is not None
-        if claim.lease_lost:
-            mark_lost_attempt(session, claim, now)
-            # The claim already counted the lost attempt as unknown.
-            if plan_after_lost_lease(config, message.unknown_attempts) is not None:
-                record_failed(
-                    session,
-                    claim,
-                    now,
-                    failure_class=FailureClass.EXHAUSTED.value,
-                    error=message.last_error or LOST_LEASE_ERROR,
-                    unknown_attempts=message.unknown_attempts,
-                    rate_limited_attempts=message.rate_limited_attempts,
-                    had_unknown=True,
-                )
-                return "failed: exhausted", None
-        key = provider_key_for(message.id, message.provider_key_cycle, message.fingerprint)
-        start_attempt(session, claim, key, now)
-        outbound = OutboundMessage(
-            recipient=message.recipient,
-            body_text=message.body_text,
-            template=message.template,
-            provider_key=key,
-            correlation_id=message.correlation_id or "",
+        prepared = prepare(session, box, config, identity, claim, claimed_mono, now)
+        if not isinstance(prepared, Prepared):
+            return prepared  # decided without a call
+    # 2 and 3.
+    return call_and_record(db, config, prepared, clock, monotonic)
+
+
+def hold_unsendable(session: Session, identity: Identity, problem: str, now: datetime) -> None:
+    if pause_identity(session, identity.id, problem, now):
+        log.error("identity %s paused: %s", identity.id, problem)
+
+
+def prepare(
+    session: Session,
+    box: SecretBox,
+    config: Config,
+    identity: Identity,
+    claim: Claim,
+    claimed_mono: float,
+    now: datetime,
+) -> Prepared | tuple[str, tuple[str, datetime] | None]:
+    """Inside the claim's transaction: the attempt row and what the call needs, or the
+    outcome already decided (a re-claim after a lost lease that reached the cap)."""
+    message = get_message(session, claim.message_id)
+    assert message is not None
+    if claim.lease_lost:
+        # The attempt whose lease expired never reported: an unknown outcome, already
+        # counted by the claim. Its call may have ended only moments ago (a worker may
+        # start it until `lease - deadline - margin` after its claim), so it gets the same
+        # webhook grace as any unknown, from now: no call on this claim. At the cap, the
+        # verdict waits the grace too.
+        mark_lost_attempt(session, claim, now)
+        plan = plan_after_failure(
+            config,
+            FailureClass.UNKNOWN,
+            now,
+            unknown_attempts=message.unknown_attempts - 1,
+            rate_limited_attempts=message.rate_limited_attempts,
         )
-        secrets = reveal_secrets(box, identity)
-        credentials = Credentials(
+        assert plan.at is not None
+        verdict = plan.failure_class.value if plan.step is Step.VERDICT else None
+        record_retry(
+            session,
+            claim,
+            plan.at,
+            failure_class=FailureClass.UNKNOWN.value,
+            error=message.last_error or LOST_LEASE_ERROR,
+            unknown_attempts=message.unknown_attempts,
+            rate_limited_attempts=message.rate_limited_attempts,
+            had_unknown=True,
+            verdict=verdict,
+        )
+        waiting = f"{verdict} at" if verdict else "retry at"
+        return (
+            f"{waiting} {plan.at.isoformat()}: the last attempt's lease expired unanswered",
+            (message.lane, plan.at),
+        )
+    key = provider_key_for(message.id, message.provider_key_cycle, message.fingerprint)
+    start_attempt(session, claim, key, now)
+    secrets = reveal_secrets(box, identity)
+    return Prepared(
+        claim=claim,
+        claimed_mono=claimed_mono,
+        provider=get_provider(identity.provider),
+        credentials=Credentials(
             account_id=identity.account_id,
             base_url=identity.base_url,
             token=secrets.token,
             app_secret=secrets.app_secret,
             sender=identity.sender,
-        )
-        provider = get_provider(identity.provider)
-        lane = message.lane
-        counts = (
+        ),
+        outbound=OutboundMessage(
+            recipient=message.recipient,
+            body_text=message.body_text,
+            template=message.template,
+            provider_key=key,
+            correlation_id=message.correlation_id or "",
+        ),
+        lane=message.lane,
+        recipient=message.recipient,
+        counts=(
             message.unknown_attempts,
             message.rate_limited_attempts,
             message.had_unknown_outcome,
-        )
+        ),
+    )
 
+
+def call_and_record(
+    db: Database,
+    config: Config,
+    prepared: Prepared,
+    clock: Callable[[], datetime],
+    monotonic: Callable[[], float] = time.monotonic,
+    on_result: Callable[[SendResult], None] | None = None,
+) -> tuple[str, tuple[str, datetime] | None]:
+    """The call and its record: the per-message step the send job and the drains share."""
+    claim = prepared.claim
     # 2. Call, outside any transaction: the row is leased to us, but only for `lease`.
     #    A worker paused since its claim (SIGSTOP, a GC or swap pause, a frozen VM) may
     #    have lost the message to another worker's re-claim, which may have sent it; so
@@ -187,14 +269,18 @@ def send_one(
     #    inside the lease once it starts. What is left is a pause between this check and
     #    the first byte on the wire: a few lines of Python, with no I/O of ours between
     #    them. Closing it needs the provider's help (an idempotency key it honours).
-    if not fits_in_lease(config, claimed_mono, monotonic()):
-        return stand_down(db, claim, config, monotonic() - claimed_mono, clock()), None
-    result = provider.send(credentials, outbound, timeout=config.provider_timeout)
+    if not fits_in_lease(config, prepared.claimed_mono, monotonic()):
+        return stand_down(db, claim, config, monotonic() - prepared.claimed_mono, clock()), None
+    result = prepared.provider.send(
+        prepared.credentials, prepared.outbound, timeout=config.provider_timeout
+    )
+    if on_result is not None:
+        on_result(result)
 
     # 3. Record.
     with db.transaction() as session:
         now = clock()
-        return record_outcome(session, config, claim, result, counts, now, lane)
+        return record_outcome(session, config, claim, result, prepared.counts, now, prepared.lane)
 
 
 def fits_in_lease(config: Config, claimed_mono: float, now_mono: float) -> bool:
@@ -266,7 +352,11 @@ def record_outcome(
             had_unknown=had_unknown,
         )
         if transition is None:
-            return "accepted, not recorded: the lease was taken over", None
+            late = record_late_acceptance(session, claim, result.provider_message_id, now)
+            if late is None:
+                return "accepted, not recorded: the lease was taken over", None
+            state = late.to_status if late.applied else "kept"
+            return f"accepted late ({state}): the lease had been taken over", None
         return f"accepted ({transition.to_status if transition.applied else 'kept'})", None
 
     failure = result.failure or FailureClass.NEEDS_HUMAN

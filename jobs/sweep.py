@@ -2,9 +2,9 @@
 
 Every pass (docs/design.md section 2):
 1. replay webhook statuses not yet applied (ones whose apply failed, and recently parked);
-2. re-ring due messages not rung recently (queued, retries whose time has come, expired
-   leases, held messages whose identity is active again), skipping paused identities;
-   ringing twice is harmless by design;
+2. ring the drain of every identity and lane with something due (queued, retries whose
+   time has come, expired leases, held messages whose identity is active again), skipping
+   paused identities; ringing twice is harmless by design;
 3. expire parked statuses no message matched within 7 days.
 """
 
@@ -21,11 +21,9 @@ from types import FrameType
 from app.config import Config
 from app.db import Database
 from app.repo.inbox import expire_parked, pending_status_ids
-from app.repo.messages import mark_unrung
-from app.repo.queue import take_unrung_due
+from app.repo.queue import due_drains
 from app.repo.webhooks import apply_webhook_status
-from jobs.queues import ring
-from jobs.send import send_message
+from jobs.drain import ring_identity
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +38,7 @@ class Pass:
 
     def describe(self) -> str:
         return (
-            f"rang {self.rung} due messages"
+            f"rang {self.rung} drains with messages due"
             + (f" ({self.ring_failed} could not reach Redis)" if self.ring_failed else "")
             + f", replayed {self.replayed} webhook statuses ({self.still_pending} still parked)"
             + f", expired {self.expired} parked statuses"
@@ -70,15 +68,11 @@ def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
         else:
             replayed += 1
 
-    # 2. Re-ring what is due and was not rung recently.
+    # 2. Ring the drain of every identity and lane with something due. A drain already
+    #    pending or running is not rung twice (its key), only told to look again.
     with db.transaction() as session:
-        due = take_unrung_due(session, now, timedelta(seconds=config.rering_age))
-    failed = [message_id for message_id, lane in due if not ring(send_message, lane, message_id)]
-    if failed:
-        # Leave them for the next pass rather than waiting out the re-ring age.
-        with db.transaction() as session:
-            for message_id in failed:
-                mark_unrung(session, message_id)
+        due = due_drains(session, now)
+    failed = [pair for pair in due if not ring_identity(pair[0], pair[1], config)]
 
     # 3. Parked statuses no message matched in 7 days: sends from other systems, normal.
     with db.transaction() as session:

@@ -224,7 +224,7 @@ def test_identity_update_replaces_the_token_and_says_what_changed(
 ) -> None:
     identity_id = make_identity(cli)
     result = run(
-        cli, "identity", "update", str(identity_id), "--token", "new-token", "--total-rate", "20"
+        cli, "identity", "update", str(identity_id), "--token", "new-token", "--total-rate", "40"
     )
     assert "token" in result.output and "total rate" in result.output
     assert "new-token" not in result.output
@@ -232,11 +232,48 @@ def test_identity_update_replaces_the_token_and_says_what_changed(
         identity = session.get(Identity, identity_id)
         assert identity is not None
         assert SecretBox(SECRET_KEY).decrypt(identity.token_encrypted) == "new-token"
-        assert identity.total_rate == 20
+        assert identity.total_rate == 40
     nothing = run(cli, "identity", "update", str(identity_id), ok=False)
     assert nothing.exit_code != 0 and "nothing to change" in nothing.output
     missing = run(cli, "identity", "update", "999999", "--token", "x", ok=False)
     assert missing.exit_code != 0 and "no identity" in missing.output
+
+
+def test_lane_rates_that_add_up_to_more_than_the_total_are_refused_and_nothing_changes(
+    cli: FlaskCliRunner, db: Database
+) -> None:
+    identity_id = make_identity(cli)
+    refused = run(cli, "identity", "update", str(identity_id), "--total-rate", "25", ok=False)
+    assert refused.exit_code != 0
+    assert "add up to more than the total rate" in refused.output
+    assert "nothing was changed" in refused.output
+    with db.transaction() as session:
+        identity = session.get(Identity, identity_id)
+        assert identity is not None and identity.total_rate == 80
+    run(cli, "tenant", "create", "other")
+    created = run(
+        cli,
+        "identity",
+        "create",
+        "--tenant",
+        "other",
+        "--provider",
+        "whatsapp",
+        "--account-id",
+        "77",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--token",
+        "t",
+        "--app-secret",
+        "s",
+        "--reply-rate",
+        "50",
+        "--campaign-rate",
+        "50",
+        ok=False,
+    )
+    assert created.exit_code != 0 and "nothing was created" in created.output
 
 
 def test_identity_pause_and_resume_say_what_they_did_and_are_audited(
@@ -341,8 +378,9 @@ def test_sweep_once_says_what_it_did(cli: FlaskCliRunner, db: Database) -> None:
     from .factories import make_message, make_world
 
     world = make_world(db)
-    make_message(db, world, now=utcnow())  # rung at creation: not due for a re-ring yet
-    make_message(db, world, now=utcnow() - timedelta(minutes=5))  # rung long ago
+    make_message(db, world, now=utcnow())
+    make_message(db, world, now=utcnow() - timedelta(minutes=5))
     result = run(cli, "sweep", "--once")
-    assert "sweep: rang 1 due messages" in result.output
+    # Two due messages of one identity and lane: one drain rung for both.
+    assert "sweep: rang 1 drains with messages due" in result.output
     assert "sweeper stopped after 1 passes" in result.output

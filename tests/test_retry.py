@@ -9,7 +9,7 @@ import pytest
 
 from app.config import Config
 from app.providers.base import FailureClass
-from app.retry import Step, backoff, plan_after_failure, plan_after_lost_lease
+from app.retry import Step, backoff, plan_after_failure
 
 from .conftest import SECRET_KEY, T0
 
@@ -116,9 +116,3 @@ def test_a_broken_sender_holds_the_message_and_counts_no_attempt() -> None:
         CONFIG, FailureClass.SENDER_BROKEN, T0, unknown_attempts=2, rate_limited_attempts=1
     )
     assert (plan.step, plan.unknown_attempts, plan.rate_limited_attempts) == (Step.HOLD, 2, 1)
-
-
-def test_a_lost_lease_counts_as_unknown_and_can_exhaust_the_cycle() -> None:
-    assert plan_after_lost_lease(CONFIG, 4) is None  # the count includes the lost attempt
-    exhausted = plan_after_lost_lease(CONFIG, 5)
-    assert exhausted is not None and exhausted.failure_class is FailureClass.EXHAUSTED

@@ -132,6 +132,8 @@ def identity_create(
         raise click.ClickException(
             f"a {provider} identity with account id {account_id!r} already exists"
         ) from exc
+    except identities.RatesError as exc:
+        raise click.ClickException(f"{exc}; nothing was created") from exc
     click.echo(
         f"created {provider} identity for tenant {tenant_name!r}, account {account_id}, "
         f"sending through {identity.base_url}; its id:"
@@ -162,19 +164,22 @@ def identity_update(
     with get_db().transaction() as session:
         if identities.get_identity(session, identity_id) is None:
             raise click.ClickException(f"no identity with id {identity_id}")
-        changed = identities.update_identity(
-            session,
-            get_box(),
-            identity_id,
-            token=token,
-            app_secret=app_secret,
-            base_url=base_url,
-            verify_token=verify_token,
-            reply_rate=reply_rate,
-            campaign_rate=campaign_rate,
-            total_rate=total_rate,
-            now=utcnow(),
-        )
+        try:
+            changed = identities.update_identity(
+                session,
+                get_box(),
+                identity_id,
+                token=token,
+                app_secret=app_secret,
+                base_url=base_url,
+                verify_token=verify_token,
+                reply_rate=reply_rate,
+                campaign_rate=campaign_rate,
+                total_rate=total_rate,
+                now=utcnow(),
+            )
+        except identities.RatesError as exc:
+            raise click.ClickException(f"{exc}; nothing was changed") from exc
         if changed:
             staff.record_audit(
                 session,

@@ -70,9 +70,30 @@ def create_identity(
     ):
         if value is not None:
             setattr(identity, name, value)
+    check_rates(
+        identity.reply_rate if identity.reply_rate is not None else 20.0,
+        identity.campaign_rate if identity.campaign_rate is not None else 10.0,
+        identity.total_rate if identity.total_rate is not None else 80.0,
+    )
     session.add(identity)
     session.flush()
     return identity
+
+
+class RatesError(ValueError):
+    """Lane rates that would let one lane's traffic delay the other's."""
+
+
+def check_rates(reply: float, campaign: float, total: float) -> None:
+    """The two lanes' rates must fit within the total: then a reply never waits for a
+    pacing slot because campaigns took the identity's whole budget."""
+    if min(reply, campaign, total) <= 0:
+        raise RatesError("rates must be above zero")
+    if reply + campaign > total + 1e-9:
+        raise RatesError(
+            f"the reply rate ({reply:g}/s) and the campaign rate ({campaign:g}/s) add up to "
+            f"more than the total rate ({total:g}/s); replies could then wait behind campaigns"
+        )
 
 
 def get_identity(session: Session, identity_id: int) -> Identity | None:
@@ -136,6 +157,14 @@ def update_identity(
     ):
         if value is not None:
             values[name] = value
+    if reply_rate is not None or campaign_rate is not None or total_rate is not None:
+        current = get_identity(session, identity_id)
+        assert current is not None
+        check_rates(
+            reply_rate if reply_rate is not None else current.reply_rate,
+            campaign_rate if campaign_rate is not None else current.campaign_rate,
+            total_rate if total_rate is not None else current.total_rate,
+        )
     changed = list(values)
     if token is not None or app_secret is not None:
         values["credentials_changed_at"] = now

@@ -47,6 +47,22 @@ def take_unrung_due(
     return taken
 
 
+def due_drains(session: Session, now: datetime, limit: int = 10_000) -> list[tuple[int, str]]:
+    """(identity, lane) pairs of active identities with something due now: what the
+    sweeper rings. Ringing a drain that is already pending or running costs nothing."""
+    return [
+        (row.identity_id, row.lane)
+        for row in session.execute(
+            select(Message.identity_id, Message.lane)
+            .join(Identity, Identity.id == Message.identity_id)
+            .where(is_due(now), Identity.paused_at.is_(None))
+            .group_by(Message.identity_id, Message.lane)
+            .order_by(Message.identity_id, Message.lane)
+            .limit(limit)
+        )
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     message_id: int

@@ -11,11 +11,11 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, case, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Source, Status
-from app.models import Attempt, Identity, Message
+from app.models import Attempt, Identity, Message, MessageEvent
 from app.providers.classification import rank_of
 from app.repo.events import append_event
 from app.repo.identities import get_identity, is_stale_for, pause_identity
@@ -135,6 +135,133 @@ def claim_message(
         },
     )
     return Claim(message_id, row.identity_id, row.cycle, row.attempt + 1, lease_lost, now)
+
+
+def claim_batch(
+    session: Session,
+    identity_id: int,
+    lane: str,
+    limit: int,
+    now: datetime,
+    lease: timedelta,
+    *,
+    skip_recipients: list[str] | None = None,
+) -> list[Claim]:
+    """Claim up to `limit` due messages of one identity and lane for one attempt each.
+
+    1. Pick them in one `SELECT ... FOR UPDATE SKIP LOCKED` (PostgreSQL): drains of the same
+       identity never wait on each other's rows. SQLite serialises writers instead.
+    2. Move them in one UPDATE computing each row's values from its own state, exactly as
+       `claim_message` does for one (the rows are locked, so the state read is the state
+       written over), and append one claim event each in one INSERT.
+    A paused identity claims nothing; a message owing a verdict is left to `take_verdict`.
+    """
+    if limit <= 0:
+        return []
+    paused = session.scalar(select(Identity.paused_at).where(Identity.id == identity_id))
+    if paused is not None:
+        return []
+    query = (
+        select(
+            Message.id,
+            Message.status,
+            Message.cycle,
+            Message.attempt,
+            Message.next_attempt_at,
+            Message.lease_until,
+        )
+        .where(
+            Message.identity_id == identity_id,
+            Message.lane == lane,
+            is_due(now),
+            Message.pending_verdict.is_(None),
+        )
+        .order_by(Message.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    if skip_recipients:
+        query = query.where(Message.recipient.not_in(skip_recipients))
+    rows = session.execute(query).all()
+    if not rows:
+        return []
+    claims = []
+    for row in rows:
+        lease_lost = (
+            row.status == Status.SENDING.value
+            and row.lease_until is not None
+            and row.lease_until < now
+            and (row.next_attempt_at is None or row.next_attempt_at > now)
+        )
+        claims.append(
+            (Claim(row.id, identity_id, row.cycle, row.attempt + 1, lease_lost, now), row)
+        )
+    ids = [claim.message_id for claim, _ in claims]
+    lost = [claim.message_id for claim, _ in claims if claim.lease_lost]
+    queued = Message.status == Status.QUEUED.value
+    values: dict[str, Any] = {
+        "status": Status.SENDING.value,
+        "attempt": Message.attempt + 1,
+        "next_attempt_at": None,
+        "lease_until": now + lease,
+        "last_attempt_at": now,
+        "request_started_ms": int(now.timestamp() * 1000),
+        "sending_at": case((queued, now), else_=Message.sending_at),
+    }
+    if lost:
+        values["unknown_attempts"] = case(
+            (Message.id.in_(lost), Message.unknown_attempts + 1), else_=Message.unknown_attempts
+        )
+        values["had_unknown_outcome"] = case(
+            (Message.id.in_(lost), True), else_=Message.had_unknown_outcome
+        )
+    session.execute(
+        update(Message)
+        .where(Message.id.in_(ids))
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    session.execute(
+        insert(MessageEvent),
+        [
+            {
+                "message_id": claim.message_id,
+                "cycle": claim.cycle,
+                "source": Source.WORKER.value,
+                "kind": "claim",
+                "from_status": row.status,
+                "to_status": Status.SENDING.value,
+                "applied": True,
+                "received_at": now,
+                "detail": {
+                    "attempt": claim.attempt,
+                    "lease_lost": claim.lease_lost,
+                    "due_at": row.next_attempt_at.isoformat() if row.next_attempt_at else None,
+                    "batch": len(claims),
+                },
+            }
+            for claim, row in claims
+        ],
+    )
+    return [claim for claim, _ in claims]
+
+
+def earliest_due(session: Session, identity_id: int, lane: str, now: datetime) -> datetime | None:
+    """When this identity and lane next has something due: a retry, a verdict, or a lease
+    that will expire (None: nothing is waiting)."""
+    waiting = [
+        session.scalar(
+            select(func.min(column)).where(
+                Message.identity_id == identity_id,
+                Message.lane == lane,
+                Message.status == Status.SENDING.value,
+                column > now,
+            )
+        )
+        for column in (Message.next_attempt_at, Message.lease_until)
+    ]
+    times = [t for t in waiting if t is not None]
+    return min(times) if times else None
 
 
 def due_again_at(session: Session, message_id: int, now: datetime) -> tuple[str, datetime] | None:
@@ -317,6 +444,55 @@ def record_accepted(
         attempt=claim.attempt,
         kind="accepted",
         detail={"provider_message_id": provider_message_id},
+    )
+    apply_parked(session, claim.identity_id, provider_message_id, now)
+    return transition
+
+
+def record_late_acceptance(
+    session: Session, claim: Claim, provider_message_id: str, now: datetime
+) -> Transition | None:
+    """The provider accepted an attempt whose fence no longer holds (its lease expired and
+    the message was re-claimed). The acceptance is still a fact about this cycle: the
+    provider has the message, so no retry may send it again. Record the id and `sent`
+    unless the row knows another id already (then the provider has it twice: flagged).
+    None if the message has moved to a new cycle since (the attempt row keeps the id)."""
+    row = session.execute(
+        select(Message.cycle, Message.provider_message_id)
+        .where(Message.id == claim.message_id)
+        .with_for_update()
+    ).first()
+    if row is None or row.cycle != claim.cycle:
+        return None
+    if row.provider_message_id not in (None, provider_message_id):
+        record_double_send(
+            session,
+            claim.message_id,
+            claim.cycle,
+            row.provider_message_id,
+            provider_message_id,
+            now,
+        )
+        return None
+    session.execute(
+        update(Message)
+        .where(
+            Message.id == claim.message_id,
+            Message.cycle == claim.cycle,
+            Message.provider_message_id.is_(None),
+        )
+        .values(provider_message_id=provider_message_id)
+    )
+    transition = apply_status(
+        session,
+        claim.message_id,
+        Status.SENT,
+        Source.WORKER,
+        now,
+        cycle=claim.cycle,
+        kind="accepted",
+        detail={"provider_message_id": provider_message_id, "late": True, "attempt": claim.attempt},
+        extra_values={"next_attempt_at": None, "pending_verdict": None, "failure_class": None},
     )
     apply_parked(session, claim.identity_id, provider_message_id, now)
     return transition

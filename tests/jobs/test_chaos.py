@@ -24,6 +24,7 @@ from rq import Queue, Worker
 from rq.job import Job
 from sqlalchemy import func, select
 
+from app.clock import utcnow
 from app.models import Message
 from jobs.queues import queue_name
 
@@ -104,7 +105,7 @@ def test_a_run_with_a_flushed_redis_and_a_killed_worker_loses_and_duplicates_not
                 redis.flushdb()
                 flushed = True
             if not killed:
-                killed = kill_a_worker_sending_to(redis, hanging_ids)
+                killed = kill_a_worker_sending_to(env, redis, hanging_ids)
             if done == MESSAGES and flushed and killed:
                 break
             time.sleep(0.02 if not killed else 0.5)
@@ -162,8 +163,21 @@ def finished(env: Env, ids: list[int]) -> int:
         )
 
 
-def kill_a_worker_sending_to(redis: Redis, message_ids: set[int]) -> bool:
-    """SIGKILL a worker process whose current job sends one of `message_ids`."""
+def kill_a_worker_sending_to(env: Env, redis: Redis, message_ids: set[int]) -> bool:
+    """SIGKILL the worker whose drain has one of `message_ids` in flight right now."""
+    with env.db.transaction() as session:
+        in_flight = session.scalar(
+            select(func.count())
+            .select_from(Message)
+            .where(
+                Message.id.in_(message_ids),
+                Message.status == "sending",
+                Message.lease_until > utcnow(),
+                Message.next_attempt_at.is_(None),
+            )
+        )
+    if not in_flight:
+        return False
     queue = Queue(queue_name("campaign"), connection=redis)
     for worker in Worker.all(queue=queue):
         job_id = worker.get_current_job_id()
@@ -173,7 +187,8 @@ def kill_a_worker_sending_to(redis: Redis, message_ids: set[int]) -> bool:
             job = Job.fetch(job_id, connection=redis)
         except Exception:
             continue
-        if job.args and job.args[0] in message_ids and worker.pid:
+        # One drain per identity and lane runs at a time: this one holds the hanging send.
+        if job.func_name.endswith(".drain") and worker.pid:
             os.kill(worker.pid, signal.SIGKILL)
             return True
     return False

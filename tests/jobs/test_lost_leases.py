@@ -6,12 +6,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import select
 
 from app.config import Config
 from app.crypto import SecretBox
 from app.db import Database
 from app.lifecycle import Source, Status
-from app.models import Message
+from app.models import Attempt, Message
 from app.repo.identities import pause_identity, resume_identity
 from app.repo.messages import RequeueRefusedError, apply_status, requeue_message
 from app.repo.sending import claim_message, record_held
@@ -38,16 +39,49 @@ def test_workers_dying_after_every_claim_still_reach_the_unknown_cap(db: Databas
         with db.transaction() as session:
             row = session.get(Message, message_id, populate_existing=True)
             assert row is not None and row.unknown_attempts == lost and row.had_unknown_outcome
-    # The next re-claim counts the fifth lost attempt and fails the cycle without a call
-    # (the identity's base URL is unreachable: a call would be an `unknown`, not this).
+    # The next re-claim counts the fifth lost attempt: no call (the lost one may have
+    # reached the provider moments ago), and the verdict waits the webhook grace.
     now += LEASE + timedelta(seconds=1)
     outcome, ring = send_one(db, SecretBox(SECRET_KEY), CONFIG, message_id, lambda: now)
-    assert (outcome, ring) == ("failed: exhausted", None)
+    grace = now + timedelta(seconds=CONFIG.webhook_grace)
+    assert outcome.startswith(f"exhausted at {grace.isoformat()}") and ring is not None
+    with db.transaction() as session:
+        row = session.get(Message, message_id, populate_existing=True)
+        assert row is not None
+        assert (row.status, row.pending_verdict, row.unknown_attempts) == (
+            "sending",
+            "exhausted",
+            5,
+        )
+    later = grace + timedelta(seconds=1)
+    outcome, ring = send_one(db, SecretBox(SECRET_KEY), CONFIG, message_id, lambda: later)
+    assert (outcome, ring) == ("failed: exhausted (after the webhook grace)", None)
     with db.transaction() as session:
         row = session.get(Message, message_id, populate_existing=True)
         assert row is not None
         assert (row.status, row.failure_class, row.unknown_attempts) == ("failed", "exhausted", 5)
         assert row.last_error is not None and "lease expired" in row.last_error["message"]
+
+
+def test_a_re_claim_after_a_lost_lease_makes_no_call_and_waits_the_webhook_grace(
+    db: Database,
+) -> None:
+    """The lost call may have been accepted moments before the lease ran out (a worker may
+    start it until `lease - deadline - margin`): sending again at once could double-text."""
+    message_id = make_message(db, make_world(db))
+    with db.transaction() as session:
+        assert claim_message(session, message_id, T0, LEASE) is not None
+    now = T0 + LEASE + timedelta(seconds=1)
+    # The identity's base URL is unreachable: a call would come back `unknown` at once.
+    outcome, ring = send_one(db, SecretBox(SECRET_KEY), CONFIG, message_id, lambda: now)
+    assert outcome.startswith("retry at") and "lease expired unanswered" in outcome
+    with db.transaction() as session:
+        row = session.get(Message, message_id, populate_existing=True)
+        assert row is not None and row.next_attempt_at is not None
+        assert row.next_attempt_at >= now + timedelta(seconds=CONFIG.webhook_grace)
+        attempts = session.scalars(select(Attempt).where(Attempt.message_id == message_id)).all()
+    assert attempts == []  # no request left for the re-claim
+    assert ring == ("campaign", row.next_attempt_at)
 
 
 def test_a_held_message_left_behind_by_a_pause_racing_a_resume_is_due_again(

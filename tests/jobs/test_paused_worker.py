@@ -63,7 +63,12 @@ def run_paused_worker(env: Env, message_id: int, *flags: str) -> tuple[str, str]
         config = dataclasses.replace(
             env.config, provider_timeout=TIMEOUT, lease_margin=MARGIN, webhook_grace=GRACE
         )
-        outcome, _ = send_one(env.db, env.box, config, message_id, utcnow)
+        # The re-claim waits the webhook grace (the paused call might have been made),
+        # then the second worker sends.
+        outcome, ring = send_one(env.db, env.box, config, message_id, utcnow)
+        assert outcome.startswith("retry at") and ring is not None, outcome
+        due = ring[1]
+        outcome, _ = send_one(env.db, env.box, config, message_id, lambda: due)
         assert outcome.startswith("accepted"), outcome
         child.send_signal(signal.SIGCONT)
         stdout, stderr = child.communicate(timeout=60)

@@ -13,8 +13,8 @@ from sqlalchemy import func, select, text
 
 from app.db import Database
 from app.models import Message
+from jobs.drain import drain
 from jobs.queues import queue_name
-from jobs.send import send_message
 
 from ..conftest import make_app
 from ..factories import World, make_world
@@ -222,14 +222,21 @@ def test_an_accepted_message_is_rung_on_its_lanes_queue(
     reply = post(client, world, body(world, lane="reply", text="re")).get_json()
     queues = {lane: Queue(queue_name(lane), connection=redis) for lane in ("reply", "campaign")}
     jobs = {lane: queue.get_jobs() for lane, queue in queues.items()}
-    assert [(j.func, j.args) for j in jobs["campaign"]] == [(send_message, (campaign["id"],))]
-    assert [(j.func, j.args) for j in jobs["reply"]] == [(send_message, (reply["id"],))]
+    # The unit of work is the identity's drain for that lane, one pending per pair.
+    assert [(j.func, j.args[:2]) for j in jobs["campaign"]] == [
+        (drain, (world.identity_id, "campaign"))
+    ]
+    assert [(j.func, j.args[:2]) for j in jobs["reply"]] == [(drain, (world.identity_id, "reply"))]
+    post(client, world, body(world, text="another"))
+    assert len(queues["campaign"].get_jobs()) == 1  # rung again: still one drain pending
+    assert campaign["lane"] == "campaign" and reply["lane"] == "reply"
     # The job itself runs: it claims the row and calls the provider (unreachable here).
     SimpleWorker([queues["campaign"]], connection=redis).work(burst=True)
     finished = queues["campaign"].finished_job_registry.get_job_ids()
     assert len(finished) == 1
     outcome = queues["campaign"].fetch_job(finished[0]).return_value()
-    assert outcome.startswith("retry at") and outcome.endswith("(unknown)")
+    # Both campaign messages tried in that one drain, both unknown outcomes (no provider).
+    assert outcome.startswith(f"drain {world.identity_id}/campaign") and "2 retry" in outcome
     redis.close()
 
 

@@ -1,0 +1,277 @@
+"""Drains: the unit of work is one identity and lane, not one message (DESIGN section 7).
+
+`drain(identity_id, lane, token)` is an RQ job. While it holds its identity and lane (a
+Redis key with its token, renewed as it goes), it repeats:
+
+1. Clear the dirty flag, then read the identity (paused: stop; unsendable: hold it), record
+   the verdicts that are owed, and count what is due (at most one batch).
+2. Take that many pacing slots (`jobs/pacing.py`). None free: wait for the next one if
+   nobody else is waiting for a worker, else hand the worker back and ring itself.
+3. Claim that many due messages in one fenced update (`claim_batch`), prepare each in the
+   same transaction, then call the provider for each concurrently and record each outcome
+   with its own fenced write: the per-message step (`call_and_record`) the send job uses.
+4. Provider feedback: a rate-limit answer slows the identity; a pair limit paces that one
+   recipient.
+
+It stops when nothing is due (ringing itself for the earliest retry, if any) or its time
+slice ends (ringing itself now, at the back of the queue, so other identities get a turn).
+Before it exits it releases its key and re-checks the dirty flag, so a message committed
+while it was finishing is never stranded. A killed or stopped drain strands its identity
+no longer than its key's lease; the sweeper rings drains for whatever is due.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from flask import current_app
+from redis import Redis
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.clock import utcnow
+from app.config import Config
+from app.crypto import SecretBox, get_box
+from app.db import Database, get_db
+from app.lifecycle import Status
+from app.models import Message
+from app.providers.base import FailureClass, SendResult
+from app.repo.identities import get_identity
+from app.repo.sending import claim_batch, earliest_due, is_due, take_verdict
+from jobs.pacing import Pacer, Rates
+from jobs.queues import (
+    clear_dirty,
+    get_queue,
+    get_redis,
+    release_drain,
+    renew_drain,
+    ring_drain,
+    whole_second_after,
+)
+from jobs.send import Prepared, call_and_record, hold_unsendable, prepare, sender_problem
+
+log = logging.getLogger(__name__)
+
+# Provider codes that mean "this identity is sending too fast" (not one recipient).
+SLOW_DOWN_CODES = frozenset({130429, 80007, 4, 20429})
+# Waits for a pacing slot up to this long are spent inside the drain when no other drain
+# is waiting for a worker; longer ones are rung through RQ's scheduler.
+MAX_INLINE_WAIT = 2.0
+
+
+def drain(identity_id: int, lane: str, token: str) -> str:
+    """The RQ job. Returns a summary, for the job's result and the logs."""
+    config: Config = current_app.config["RATCHET"]
+    redis = get_redis()
+    pacer = Pacer(redis, config.pacing_burst, config.pacing_slowdown)
+    return Drain(get_db(), get_box(), config, redis, pacer, identity_id, lane).run(token)
+
+
+def wake_drain(identity_id: int, lane: str) -> str:
+    """A drain's scheduled return (a retry's time, the next pacing slot)."""
+    config: Config = current_app.config["RATCHET"]
+    ring_identity(identity_id, lane, config)
+    return "rung"
+
+
+def ring_identity(
+    identity_id: int, lane: str, config: Config, *, at: datetime | None = None
+) -> bool:
+    """Ring the drain of an identity and lane, now or at a time (False: Redis is down)."""
+    if at is None:
+        return ring_drain(drain, identity_id, lane, int(config.drain_lease_seconds * 1000))
+    try:
+        get_queue(lane).enqueue_at(whole_second_after(at), wake_drain, identity_id, lane)
+    except Exception as exc:  # a RedisError, or the connection refused
+        log.warning("could not schedule the %s drain of identity %s: %s", lane, identity_id, exc)
+        return False
+    return True
+
+
+@dataclass
+class Drain:
+    db: Database
+    box: SecretBox
+    config: Config
+    redis: Redis
+    pacer: Pacer
+    identity_id: int
+    lane: str
+    clock: Callable[[], datetime] = utcnow
+    monotonic: Callable[[], float] = time.monotonic
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.config.drain_lease_seconds * 1000)
+
+    def run(self, token: str) -> str:
+        started = self.monotonic()
+        again: datetime | None = None
+        now_again = False
+        try:
+            while True:
+                if not renew_drain(self.redis, self.identity_id, self.lane, token, self.lease_ms):
+                    return self._summary("another drain holds this identity and lane now")
+                clear_dirty(self.redis, self.identity_id, self.lane)
+                step = self._step()
+                if step.stop:
+                    again = step.again
+                    break
+                if self.monotonic() - started >= self.config.drain_slice:
+                    now_again = True  # the slice is over: to the back of the queue
+                    break
+        finally:
+            rung_meanwhile = release_drain(self.redis, self.identity_id, self.lane, token)
+        if now_again or rung_meanwhile:
+            ring_identity(self.identity_id, self.lane, self.config)
+        elif again is not None:
+            ring_identity(self.identity_id, self.lane, self.config, at=again)
+        return self._summary("done")
+
+    def _summary(self, why: str) -> str:
+        counts = ", ".join(f"{n} {word}" for word, n in sorted(self.outcomes.items()))
+        return f"drain {self.identity_id}/{self.lane}: {counts or 'nothing sent'} ({why})"
+
+    def _step(self) -> _Step:
+        now = self.clock()
+        paced = self.pacer.paced_recipients(self.identity_id)
+        # 1. The identity, the verdicts owed, and what is due.
+        with self.db.transaction() as session:
+            identity = get_identity(session, self.identity_id)
+            if identity is None or identity.paused_at is not None:
+                return _Step(stop=True)  # a resume rings it again
+            problem = sender_problem(self.box, identity)
+            if problem is not None:
+                hold_unsendable(session, identity, problem, now)
+                return _Step(stop=True)
+            for message_id in owed_verdicts(session, self.identity_id, self.lane, now):
+                if take_verdict(session, message_id, now) is not None:
+                    self.outcomes["failed: exhausted"] += 1
+            want = count_due(session, self.identity_id, self.lane, now, self.config, paced)
+            if want == 0:
+                again = earliest_due(session, self.identity_id, self.lane, now)
+                return _Step(stop=True, again=again)
+            rates = Rates(
+                lane=identity.reply_rate if self.lane == "reply" else identity.campaign_rate,
+                total=identity.total_rate,
+            )
+            other = identity.campaign_rate if self.lane == "reply" else identity.reply_rate
+        # 2. Pacing slots, on Redis's clock. Waiting for one is never an attempt.
+        grant = self.pacer.take(self.identity_id, self.lane, want, rates, other)
+        if grant.slots == 0:
+            self.outcomes["pacing waits"] += 1
+            if grant.wait <= MAX_INLINE_WAIT and not self._others_waiting():
+                time.sleep(grant.wait)
+                return _Step()
+            return _Step(stop=True, again=now + timedelta(seconds=grant.wait))
+        # 3. Claim and prepare in one transaction; call and record each concurrently.
+        lease = timedelta(seconds=self.config.lease_seconds)
+        with self.db.transaction() as session:
+            claimed_mono = self.monotonic()
+            claims = claim_batch(
+                session,
+                self.identity_id,
+                self.lane,
+                grant.slots,
+                now,
+                lease,
+                skip_recipients=paced,
+            )
+            identity = get_identity(session, self.identity_id)
+            assert identity is not None
+            batch: list[Prepared] = []
+            for claim in claims:
+                prepared = prepare(
+                    session, self.box, self.config, identity, claim, claimed_mono, now
+                )
+                if isinstance(prepared, Prepared):
+                    batch.append(prepared)
+                else:
+                    self.outcomes[prepared[0].split(" ", 1)[0]] += 1
+        if batch:
+            workers = max(1, min(self.config.drain_concurrency, len(batch)))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for outcome, _ in pool.map(self._send, batch):
+                    self.outcomes[outcome.split(" ", 1)[0].rstrip(":")] += 1
+        return _Step()
+
+    def _send(self, prepared: Prepared) -> tuple[str, object]:
+        def feedback(result: SendResult) -> None:
+            # 4. The provider's word on our pace.
+            code = result.error.code if result.error else None
+            if result.failure is FailureClass.RATE_LIMITED and code in SLOW_DOWN_CODES:
+                factor = self.pacer.slow_down(self.identity_id)
+                log.warning(
+                    "identity %s: provider rate limit (%s); pace x%s for a minute",
+                    self.identity_id,
+                    code,
+                    factor,
+                )
+            elif result.failure is FailureClass.PAIR_LIMITED:
+                self.pacer.pace_recipient(self.identity_id, prepared.recipient)
+
+        outcome, next_ring = call_and_record(
+            self.db, self.config, prepared, self.clock, self.monotonic, on_result=feedback
+        )
+        log.info(
+            "message %s attempt %s (identity %s, %s): %s",
+            prepared.claim.message_id,
+            prepared.claim.attempt,
+            self.identity_id,
+            self.lane,
+            outcome,
+        )
+        return outcome, next_ring
+
+    def _others_waiting(self) -> bool:
+        """Other drains queued for this lane's workers: hand the worker back to them."""
+        try:
+            return get_queue(self.lane, self.redis).count > 0
+        except Exception:
+            return False
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    stop: bool = False
+    again: datetime | None = None  # ring the drain again at this time
+
+
+def count_due(
+    session: Session, identity_id: int, lane: str, now: datetime, config: Config, paced: list[str]
+) -> int:
+    """How many messages of this identity and lane are due now, up to one batch."""
+    query = select(Message.id).where(
+        Message.identity_id == identity_id,
+        Message.lane == lane,
+        is_due(now),
+        Message.pending_verdict.is_(None),
+    )
+    if paced:
+        query = query.where(Message.recipient.not_in(paced))
+    limited = query.limit(config.drain_batch).subquery()
+    return session.scalar(select(func.count()).select_from(limited)) or 0
+
+
+def owed_verdicts(session: Session, identity_id: int, lane: str, now: datetime) -> list[int]:
+    """Messages of this identity and lane whose grace wait is over and owe a verdict."""
+    return list(
+        session.scalars(
+            select(Message.id)
+            .where(
+                Message.identity_id == identity_id,
+                Message.lane == lane,
+                Message.status == Status.SENDING.value,
+                Message.pending_verdict.is_not(None),
+                Message.next_attempt_at <= now,
+            )
+            .limit(100)
+        )
+    )

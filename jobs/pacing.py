@@ -1,0 +1,148 @@
+"""Pacing per sending identity, shared by every worker on every machine (DESIGN section 7).
+
+Each identity has a reply rate, a campaign rate and a total cap. A drain asks for as many
+slots as it has due messages; one Lua script, on Redis's own clock (`TIME`), grants as many
+as both its lane's bucket and the identity's total bucket allow now, and says when the next
+one frees up. The buckets are GCRA (the generic cell rate algorithm): a bucket is one
+number, the theoretical arrival time of the next cell, so a grant of k cells is O(1), and in
+any window of length W no more than `rate x W + burst` cells are granted.
+
+Why not the `limits` library: it passes the client's clock into its script (machines'
+clocks differ) and takes a cost all-or-nothing, where a drain needs "as many as are free now,
+and when is the next".
+
+A reply never waits for a slot because of campaigns: the CLI keeps the two lane rates within
+the total, and the total's burst is at least the two lanes' bursts together, so the total
+bucket cannot be emptied by one lane while the other has room.
+
+The provider's own rate-limit answers (130429, 80007, 4, Twilio's 20429) slow the identity:
+its rates are halved for a minute (halved again if it happens again meanwhile, down to an
+eighth), then recover. A pair limit (131056) paces that one recipient to one send per 6 s
+without slowing anyone else. Both live in Redis with an expiry: a flush just ends them early.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from redis import Redis
+
+# KEYS: the buckets. ARGV: want, then per bucket its interval (microseconds) and burst.
+# Returns {granted, wait in microseconds until the next slot after this grant}.
+_TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local want = tonumber(ARGV[1])
+local grant = want
+local tats = {}
+for i = 1, #KEYS do
+  local interval = tonumber(ARGV[2 * i])
+  local burst = tonumber(ARGV[2 * i + 1])
+  local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if tat < now then tat = now end
+  tats[i] = tat
+  local free = math.floor((now + (burst - 1) * interval - tat) / interval) + 1
+  if free < 0 then free = 0 end
+  if free < grant then grant = free end
+end
+local wait = 0
+for i = 1, #KEYS do
+  local interval = tonumber(ARGV[2 * i])
+  local burst = tonumber(ARGV[2 * i + 1])
+  local tat = tats[i] + grant * interval
+  if grant > 0 then
+    redis.call('SET', KEYS[i], string.format('%.0f', tat), 'PX',
+               math.ceil((tat - now) / 1000) + 1000)
+  end
+  local w = tat - (burst - 1) * interval - now
+  if w > wait then wait = w end
+end
+return {grant, string.format('%.0f', wait)}
+"""
+
+SLOWEST = 0.125
+PAIR_LIMIT_SECONDS = 6.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """Messages per second: the lane's own rate and the identity's total cap."""
+
+    lane: float
+    total: float
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    slots: int
+    wait: float  # seconds until the next slot would be free
+
+
+def _bucket(rate: float, burst_seconds: float) -> tuple[int, int]:
+    """(interval in microseconds, burst in cells) for a rate."""
+    interval = max(1, round(1_000_000 / rate))
+    return interval, max(1, math.ceil(rate * burst_seconds))
+
+
+class Pacer:
+    """The identity buckets in one Redis, for every worker process."""
+
+    def __init__(
+        self, redis: Redis, burst_seconds: float = 0.1, slowdown_seconds: float = 60.0
+    ) -> None:
+        self.redis = redis
+        self.burst_seconds = burst_seconds
+        self.slowdown_seconds = slowdown_seconds
+        self._take = redis.register_script(_TAKE)
+
+    def take(self, identity_id: int, lane: str, want: int, rates: Rates, other: float) -> Grant:
+        """Up to `want` slots for `lane` now. `other` is the other lane's rate: the total
+        bucket's burst covers both lanes' bursts, so one lane cannot starve the other."""
+        if want <= 0:
+            return Grant(0, 0.0)
+        factor = self.slowdown(identity_id)
+        lane_interval, lane_burst = _bucket(rates.lane * factor, self.burst_seconds)
+        total_interval, total_burst = _bucket(rates.total * factor, self.burst_seconds)
+        other_burst = _bucket(other * factor, self.burst_seconds)[1] if other > 0 else 0
+        total_burst = max(total_burst, lane_burst + other_burst)
+        granted, wait = self._take(
+            keys=[f"ratchet:pace:{identity_id}:{lane}", f"ratchet:pace:{identity_id}:total"],
+            args=[want, lane_interval, lane_burst, total_interval, total_burst],
+        )
+        return Grant(int(granted), int(wait) / 1_000_000)
+
+    # Feedback from the provider ------------------------------------------------------
+
+    def slowdown(self, identity_id: int) -> float:
+        """The factor the identity's rates are multiplied by now (1.0: full speed)."""
+        raw = self.redis.get(f"ratchet:slow:{identity_id}")
+        return float(raw) if raw else 1.0
+
+    def slow_down(self, identity_id: int) -> float:
+        """The provider said too fast: halve the identity's rates for a minute."""
+        factor = max(SLOWEST, self.slowdown(identity_id) / 2)
+        self.redis.set(
+            f"ratchet:slow:{identity_id}", repr(factor), px=int(self.slowdown_seconds * 1000)
+        )
+        return factor
+
+    def pace_recipient(self, identity_id: int, recipient: str) -> None:
+        """A pair limit: no send to this recipient from this identity for 6 s."""
+        key = f"ratchet:pair:{identity_id}"
+        until = time.time() + PAIR_LIMIT_SECONDS
+        pipe = self.redis.pipeline()
+        pipe.zadd(key, {recipient: until})
+        pipe.expire(key, math.ceil(PAIR_LIMIT_SECONDS) + 1)
+        pipe.execute()
+
+    def paced_recipients(self, identity_id: int) -> list[str]:
+        """Recipients of this identity under a pair limit right now."""
+        key = f"ratchet:pair:{identity_id}"
+        now = time.time()
+        pipe = self.redis.pipeline()
+        pipe.zremrangebyscore(key, 0, now)
+        pipe.zrange(key, 0, -1)
+        _, members = pipe.execute()
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
