@@ -54,6 +54,8 @@ class Config:
     drain_concurrency: int = 10  # provider calls in flight per drain
     pacing_burst: float = 0.1  # a bucket's burst, in seconds of its rate
     pacing_slowdown: float = 60.0  # how long a provider's rate-limit answer halves the pace
+    # The dashboard: a due message older than this, unclaimed, is stuck (seconds).
+    stuck_after: float = 60.0
     # The sweeper (docs/design.md section 2).
     sweep_interval: float = 2.0
     rering_age: float = 30.0
@@ -99,6 +101,7 @@ class Config:
             "drain_concurrency": env_int(env, "RATCHET_DRAIN_CONCURRENCY", 10),
             "pacing_burst": env_float(env, "RATCHET_PACING_BURST", 0.1),
             "pacing_slowdown": env_float(env, "RATCHET_PACING_SLOWDOWN", 60.0),
+            "stuck_after": env_float(env, "RATCHET_STUCK_AFTER", 60.0),
             "sweep_interval": env_float(env, "RATCHET_SWEEP_INTERVAL", 2.0),
             "rering_age": env_float(env, "RATCHET_RERING_AGE", 30.0),
         }

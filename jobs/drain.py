@@ -42,8 +42,9 @@ from app.db import Database, get_db
 from app.lifecycle import Status
 from app.models import Message
 from app.providers.base import FailureClass, SendResult
+from app.repo.claims import claim_batch, earliest_due, is_due
 from app.repo.identities import get_identity
-from app.repo.sending import claim_batch, earliest_due, is_due, take_verdict
+from app.repo.sending import take_verdict
 from jobs.pacing import Pacer, Rates
 from jobs.queues import (
     clear_dirty,

@@ -34,14 +34,12 @@ from app.providers.base import (
     Provider,
     SendResult,
 )
+from app.repo.claims import Claim, claim_message, due_again_at
 from app.repo.events import append_event
 from app.repo.identities import get_identity, pause_identity, reveal_secrets
 from app.repo.messages import get_message
 from app.repo.sending import (
-    Claim,
     Hold,
-    claim_message,
-    due_again_at,
     finish_attempt,
     mark_lost_attempt,
     record_accepted,

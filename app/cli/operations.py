@@ -36,6 +36,7 @@ def message_requeue(message_id: int, actor: str | None, force: bool, reason: str
                 f"message:{message_id}",
                 utcnow(),
                 {"forced": force, "reason": reason, "cycle": message.cycle},
+                tenant_id=message.tenant_id,
             )
     except messages.RequeueRefusedError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -162,7 +162,8 @@ def identity_update(
 ) -> None:
     """Replace an identity's token, secret, base URL or rates."""
     with get_db().transaction() as session:
-        if identities.get_identity(session, identity_id) is None:
+        identity = identities.get_identity(session, identity_id)
+        if identity is None:
             raise click.ClickException(f"no identity with id {identity_id}")
         try:
             changed = identities.update_identity(
@@ -188,6 +189,7 @@ def identity_update(
                 f"identity:{identity_id}",
                 utcnow(),
                 {"changed": changed},
+                tenant_id=identity.tenant_id,
             )
     if not changed:
         raise click.UsageError("nothing to change: give at least one option")
@@ -200,7 +202,8 @@ def identity_update(
 def identity_pause(identity_id: int, reason: str) -> None:
     """Stop sending from an identity; its messages wait, none is failed."""
     with get_db().transaction() as session:
-        if identities.get_identity(session, identity_id) is None:
+        identity = identities.get_identity(session, identity_id)
+        if identity is None:
             raise click.ClickException(f"no identity with id {identity_id}")
         paused = identities.pause_identity(session, identity_id, reason, utcnow())
         if paused:
@@ -211,6 +214,7 @@ def identity_pause(identity_id: int, reason: str) -> None:
                 f"identity:{identity_id}",
                 utcnow(),
                 {"reason": reason},
+                tenant_id=identity.tenant_id,
             )
     if paused:
         click.echo(f"paused identity {identity_id}: {reason}")
@@ -224,7 +228,8 @@ def identity_resume(identity_id: int) -> None:
     """Resume a paused identity: the messages it held are due at once and rung."""
     held: list[tuple[int, str]] = []
     with get_db().transaction() as session:
-        if identities.get_identity(session, identity_id) is None:
+        identity = identities.get_identity(session, identity_id)
+        if identity is None:
             raise click.ClickException(f"no identity with id {identity_id}")
         resumed = identities.resume_identity(session, identity_id, utcnow())
         if resumed:
@@ -236,6 +241,7 @@ def identity_resume(identity_id: int) -> None:
                 f"identity:{identity_id}",
                 utcnow(),
                 {"released": len(held)},
+                tenant_id=identity.tenant_id,
             )
     if not resumed:
         click.echo(f"identity {identity_id} was not paused; nothing changed")

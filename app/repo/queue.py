@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
 from app.models import Identity, Message
-from app.repo.sending import is_due
+from app.repo.claims import is_due
 from app.repo.sql import rows_changed
 
 

@@ -3,7 +3,6 @@ templates use to show times, phones and states the same way everywhere."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,12 +16,9 @@ from werkzeug.exceptions import HTTPException
 
 from app.auth import login_manager, staff, tenant_scope
 from app.clock import utcnow
-from app.config import env_float
 from app.db import get_db
 from app.lifecycle import Status
 from app.repo.overview import list_tenants
-
-DEFAULT_STUCK_AFTER = 60.0
 
 # Glyph + word + colour class: a state is never told by colour alone.
 STATE_GLYPHS = {
@@ -166,11 +162,9 @@ def _page_context() -> dict[str, object]:
 
 
 def init_app(app: Flask) -> None:
-    # Read once, at start (RATCHET_STUCK_AFTER, seconds): the age past which a due message
-    # counts as stuck. Kept beside the dashboard until the app's Config carries it.
-    app.config.setdefault(
-        "RATCHET_STUCK_AFTER", env_float(os.environ, "RATCHET_STUCK_AFTER", DEFAULT_STUCK_AFTER)
-    )
+    # The age past which a due message counts as stuck (RATCHET_STUCK_AFTER, seconds),
+    # read once with the rest of the settings; tests may set it on app.config.
+    app.config.setdefault("RATCHET_STUCK_AFTER", app.config["RATCHET"].stuck_after)
     app.config.setdefault("RATCHET_PAGE_SIZE", 50)
     app.jinja_env.filters.update(
         duration=duration,

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from app.db import Database
+from app.repo.claims import claim_message
 from app.repo.queue import dead_letters
-from app.repo.sending import claim_message, record_failed
+from app.repo.sending import record_failed
 
 from ..conftest import T0
 from ..factories import World, make_message, make_world

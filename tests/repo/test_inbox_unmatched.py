@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from app.db import Database
 from app.models import Message, MessageEvent, WebhookStatus
+from app.repo.claims import claim_message
 from app.repo.inbox import (
     IncomingStatus,
     Result,
@@ -18,7 +19,7 @@ from app.repo.inbox import (
     store_delivery,
     store_statuses,
 )
-from app.repo.sending import claim_message, finish_attempt, record_accepted, start_attempt
+from app.repo.sending import finish_attempt, record_accepted, start_attempt
 from app.repo.webhooks import apply_webhook_status
 
 from ..conftest import T0

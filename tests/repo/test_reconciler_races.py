@@ -16,6 +16,7 @@ from sqlalchemy import select
 
 from app.db import Database
 from app.models import Message, WebhookStatus
+from app.repo.claims import claim_message
 from app.repo.inbox import (
     IncomingStatus,
     expire_parked,
@@ -23,7 +24,7 @@ from app.repo.inbox import (
     store_delivery,
     store_statuses,
 )
-from app.repo.sending import claim_message, record_accepted, start_attempt
+from app.repo.sending import record_accepted, start_attempt
 from app.repo.webhooks import apply_webhook_status
 
 from ..conftest import T0

@@ -12,11 +12,10 @@ from sqlalchemy import event, select
 
 from app.db import Database
 from app.models import Message, MessageEvent
+from app.repo.claims import Claim, claim_message
 from app.repo.inbox import IncomingStatus, store_delivery, store_statuses
 from app.repo.messages import RequeueRefusedError, requeue_message
 from app.repo.sending import (
-    Claim,
-    claim_message,
     finish_attempt,
     record_accepted,
     record_retry,

@@ -13,13 +13,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.db import Database
-from app.repo.sending import (
-    claim_message,
-    finish_attempt,
-    record_accepted,
-    record_failed,
-    start_attempt,
-)
+from app.repo.claims import claim_message
+from app.repo.sending import finish_attempt, record_accepted, record_failed, start_attempt
 from app.repo.staff import create_staff
 
 from ..conftest import T0

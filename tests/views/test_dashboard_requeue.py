@@ -13,8 +13,9 @@ from sqlalchemy import select
 
 from app.db import Database
 from app.models import AuditEntry, Message
+from app.repo.claims import claim_message
 from app.repo.messages import requeue_message
-from app.repo.sending import claim_message, record_failed
+from app.repo.sending import record_failed
 
 from .dashboard_world import (
     LEASE,

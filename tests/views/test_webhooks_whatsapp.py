@@ -14,14 +14,9 @@ from sqlalchemy import select
 from app.clock import utcnow
 from app.db import Database
 from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
+from app.repo.claims import claim_message
 from app.repo.messages import requeue_message
-from app.repo.sending import (
-    claim_message,
-    finish_attempt,
-    record_accepted,
-    record_failed,
-    start_attempt,
-)
+from app.repo.sending import finish_attempt, record_accepted, record_failed, start_attempt
 
 from ..conftest import T0
 from ..factories import World, make_message, make_world

@@ -1,0 +1,279 @@
+"""Claims: taking due messages for an attempt, one or a batch, as fenced updates.
+
+A claim moves a message to (or keeps it in) `sending` with a fresh attempt number and a
+lease; every write that records the attempt's outcome (`app/repo/sending.py`) is fenced on
+that attempt and cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, case, func, insert, or_, select, update
+from sqlalchemy.orm import Session
+
+from app.lifecycle import Source, Status
+from app.models import Identity, Message, MessageEvent
+from app.repo.events import append_event
+from app.repo.sql import rows_changed
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    message_id: int
+    identity_id: int
+    cycle: int
+    attempt: int
+    lease_lost: bool  # re-claimed after another worker's lease expired: that outcome is unknown
+    claimed_at: datetime  # our clock at the claim; the lease runs from here
+
+
+def is_due(now: datetime) -> Any:
+    """A message a worker may claim now (identity active is checked separately)."""
+    return or_(
+        Message.status == Status.QUEUED.value,
+        and_(
+            Message.status == Status.SENDING.value,
+            or_(
+                and_(Message.next_attempt_at.is_not(None), Message.next_attempt_at <= now),
+                and_(Message.lease_until.is_not(None), Message.lease_until < now),
+                # Held for a broken sender (no next attempt, no lease): due once its identity
+                # is active again, even if a pause and a resume raced each other.
+                and_(Message.next_attempt_at.is_(None), Message.lease_until.is_(None)),
+            ),
+        ),
+    )
+
+
+def claim_message(
+    session: Session, message_id: int, now: datetime, lease: timedelta
+) -> Claim | None:
+    """Take the message for one attempt, or None if it is not ours to send now.
+
+    One compare-and-set on the state just read: `queued`, or `sending` and due (its retry
+    time has come, or the previous worker's lease expired), and its identity active.
+    """
+    row = session.execute(
+        select(
+            Message.status,
+            Message.cycle,
+            Message.attempt,
+            Message.identity_id,
+            Message.next_attempt_at,
+            Message.lease_until,
+            Message.pending_verdict,
+            Identity.paused_at,
+        )
+        .join(Identity, Identity.id == Message.identity_id)
+        .where(Message.id == message_id)
+    ).first()
+    if row is None or row.paused_at is not None or row.pending_verdict is not None:
+        return None
+    if row.status not in (Status.QUEUED.value, Status.SENDING.value):
+        return None
+    lease_lost = (
+        row.status == Status.SENDING.value
+        and row.lease_until is not None
+        and row.lease_until < now
+        and (row.next_attempt_at is None or row.next_attempt_at > now)
+    )
+    values: dict[str, Any] = {
+        "status": Status.SENDING.value,
+        "attempt": row.attempt + 1,
+        "next_attempt_at": None,
+        "lease_until": now + lease,
+        "last_attempt_at": now,
+        "request_started_ms": int(now.timestamp() * 1000),
+    }
+    if row.status == Status.QUEUED.value:
+        values["sending_at"] = now
+    if lease_lost:
+        # The attempt whose lease expired never reported: an unknown outcome, counted here
+        # in the claim itself so that workers dying one after another still reach the cap.
+        values["unknown_attempts"] = Message.unknown_attempts + 1
+        values["had_unknown_outcome"] = True
+    paused = select(Identity.paused_at).where(Identity.id == Message.identity_id)
+    changed = rows_changed(
+        session,
+        update(Message)
+        .where(
+            Message.id == message_id,
+            Message.status == row.status,
+            Message.cycle == row.cycle,
+            Message.attempt == row.attempt,
+            is_due(now),
+            # A verdict owed is recorded by `take_verdict`, never sent again.
+            Message.pending_verdict.is_(None),
+            paused.scalar_subquery().is_(None),
+        )
+        .values(**values)
+        .execution_options(synchronize_session=False),
+    )
+    if changed != 1:
+        return None  # another worker, a webhook or an operator got there first
+    append_event(
+        session,
+        message_id=message_id,
+        cycle=row.cycle,
+        source=Source.WORKER.value,
+        kind="claim",
+        received_at=now,
+        applied=True,
+        from_status=row.status,
+        to_status=Status.SENDING.value,
+        detail={
+            "attempt": row.attempt + 1,
+            "lease_lost": lease_lost,
+            # When it was due: a claim is never earlier than its retry time.
+            "due_at": row.next_attempt_at.isoformat() if row.next_attempt_at else None,
+        },
+    )
+    return Claim(message_id, row.identity_id, row.cycle, row.attempt + 1, lease_lost, now)
+
+
+def claim_batch(
+    session: Session,
+    identity_id: int,
+    lane: str,
+    limit: int,
+    now: datetime,
+    lease: timedelta,
+    *,
+    skip_recipients: list[str] | None = None,
+) -> list[Claim]:
+    """Claim up to `limit` due messages of one identity and lane for one attempt each.
+
+    1. Pick them in one `SELECT ... FOR UPDATE SKIP LOCKED` (PostgreSQL): drains of the same
+       identity never wait on each other's rows. SQLite serialises writers instead.
+    2. Move them in one UPDATE computing each row's values from its own state, exactly as
+       `claim_message` does for one (the rows are locked, so the state read is the state
+       written over), and append one claim event each in one INSERT.
+    A paused identity claims nothing; a message owing a verdict is left to `take_verdict`.
+    """
+    if limit <= 0:
+        return []
+    paused = session.scalar(select(Identity.paused_at).where(Identity.id == identity_id))
+    if paused is not None:
+        return []
+    query = (
+        select(
+            Message.id,
+            Message.status,
+            Message.cycle,
+            Message.attempt,
+            Message.next_attempt_at,
+            Message.lease_until,
+        )
+        .where(
+            Message.identity_id == identity_id,
+            Message.lane == lane,
+            is_due(now),
+            Message.pending_verdict.is_(None),
+        )
+        .order_by(Message.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    if skip_recipients:
+        query = query.where(Message.recipient.not_in(skip_recipients))
+    rows = session.execute(query).all()
+    if not rows:
+        return []
+    claims = []
+    for row in rows:
+        lease_lost = (
+            row.status == Status.SENDING.value
+            and row.lease_until is not None
+            and row.lease_until < now
+            and (row.next_attempt_at is None or row.next_attempt_at > now)
+        )
+        claims.append(
+            (Claim(row.id, identity_id, row.cycle, row.attempt + 1, lease_lost, now), row)
+        )
+    ids = [claim.message_id for claim, _ in claims]
+    lost = [claim.message_id for claim, _ in claims if claim.lease_lost]
+    queued = Message.status == Status.QUEUED.value
+    values: dict[str, Any] = {
+        "status": Status.SENDING.value,
+        "attempt": Message.attempt + 1,
+        "next_attempt_at": None,
+        "lease_until": now + lease,
+        "last_attempt_at": now,
+        "request_started_ms": int(now.timestamp() * 1000),
+        "sending_at": case((queued, now), else_=Message.sending_at),
+    }
+    if lost:
+        values["unknown_attempts"] = case(
+            (Message.id.in_(lost), Message.unknown_attempts + 1), else_=Message.unknown_attempts
+        )
+        values["had_unknown_outcome"] = case(
+            (Message.id.in_(lost), True), else_=Message.had_unknown_outcome
+        )
+    session.execute(
+        update(Message)
+        .where(Message.id.in_(ids))
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    session.execute(
+        insert(MessageEvent),
+        [
+            {
+                "message_id": claim.message_id,
+                "cycle": claim.cycle,
+                "source": Source.WORKER.value,
+                "kind": "claim",
+                "from_status": row.status,
+                "to_status": Status.SENDING.value,
+                "applied": True,
+                "received_at": now,
+                "detail": {
+                    "attempt": claim.attempt,
+                    "lease_lost": claim.lease_lost,
+                    "due_at": row.next_attempt_at.isoformat() if row.next_attempt_at else None,
+                    "batch": len(claims),
+                },
+            }
+            for claim, row in claims
+        ],
+    )
+    return [claim for claim, _ in claims]
+
+
+def earliest_due(session: Session, identity_id: int, lane: str, now: datetime) -> datetime | None:
+    """When this identity and lane next has something due: a retry, a verdict, or a lease
+    that will expire (None: nothing is waiting)."""
+    waiting = [
+        session.scalar(
+            select(func.min(column)).where(
+                Message.identity_id == identity_id,
+                Message.lane == lane,
+                Message.status == Status.SENDING.value,
+                column > now,
+            )
+        )
+        for column in (Message.next_attempt_at, Message.lease_until)
+    ]
+    times = [t for t in waiting if t is not None]
+    return min(times) if times else None
+
+
+def due_again_at(session: Session, message_id: int, now: datetime) -> tuple[str, datetime] | None:
+    """(lane, time) when a message that is not due yet will be: its retry or its verdict.
+
+    RQ keeps a scheduled time to whole seconds, so a ring can arrive just before the
+    message's `next_attempt_at`; the job rings it again for that time instead of leaving
+    it to the sweeper. A lease in flight is not rung: its holder rings what comes next.
+    """
+    row = session.execute(
+        select(Message.lane, Message.status, Message.next_attempt_at).where(
+            Message.id == message_id
+        )
+    ).first()
+    if row is None or row.status != Status.SENDING.value or row.next_attempt_at is None:
+        return None
+    if row.next_attempt_at <= now:
+        return None
+    return row.lane, row.next_attempt_at
