@@ -93,8 +93,18 @@ class Database:
 
 def init_app(app: Flask, database: Database | None = None) -> None:
     config = app.config["RATCHET"]
+    # A drain records its batch's outcomes on as many connections at once as it has calls
+    # in flight: a smaller pool would open and close a PostgreSQL backend for each extra.
+    pool = (
+        {}
+        if config.database_url.startswith("sqlite")
+        else {
+            "pool_size": config.drain_concurrency + 2,
+            "max_overflow": 10,
+        }
+    )
     app.extensions["ratchet.db"] = database or Database(
-        config.database_url, correlation_key=derive_key(config.secret_key)
+        config.database_url, correlation_key=derive_key(config.secret_key), **pool
     )
 
 

@@ -187,10 +187,27 @@ class Drain:
             )
             identity = get_identity(session, self.identity_id)
             assert identity is not None
+            # The batch's rows in one read, after the claim wrote them.
+            loaded = {
+                message.id: message
+                for message in session.scalars(
+                    select(Message)
+                    .where(Message.id.in_([claim.message_id for claim in claims]))
+                    .execution_options(populate_existing=True)
+                )
+            }
             batch: list[Prepared] = []
             for claim in claims:
                 prepared = prepare(
-                    session, self.box, self.config, identity, claim, claimed_mono, now
+                    session,
+                    self.box,
+                    self.config,
+                    identity,
+                    claim,
+                    claimed_mono,
+                    now,
+                    message=loaded[claim.message_id],
+                    flush=False,
                 )
                 if isinstance(prepared, Prepared):
                     batch.append(prepared)

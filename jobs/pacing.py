@@ -80,10 +80,17 @@ class Grant:
     wait: float  # seconds until the next slot would be free
 
 
+MIN_BURST = 2
+
+
 def _bucket(rate: float, burst_seconds: float) -> tuple[int, int]:
-    """(interval in microseconds, burst in cells) for a rate."""
+    """(interval in microseconds, burst in cells) for a rate.
+
+    At least two cells: a drain that came back a little late for its slot (its batch took
+    longer than one interval) may take two, so the rate it keeps is the one configured
+    rather than the one its own latency allows."""
     interval = max(1, round(1_000_000 / rate))
-    return interval, max(1, math.ceil(rate * burst_seconds))
+    return interval, max(MIN_BURST, math.ceil(rate * burst_seconds))
 
 
 class Pacer:

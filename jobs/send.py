@@ -25,7 +25,7 @@ from app.config import Config
 from app.crypto import SecretBox, get_box
 from app.db import Database, get_db
 from app.lifecycle import Source
-from app.models import Identity
+from app.models import Identity, Message
 from app.providers import PROVIDERS, get_provider
 from app.providers.base import (
     Credentials,
@@ -181,10 +181,16 @@ def prepare(
     claim: Claim,
     claimed_mono: float,
     now: datetime,
+    *,
+    message: Message | None = None,
+    flush: bool = True,
 ) -> Prepared | tuple[str, tuple[str, datetime] | None]:
     """Inside the claim's transaction: the attempt row and what the call needs, or the
-    outcome already decided (a re-claim after a lost lease that reached the cap)."""
-    message = get_message(session, claim.message_id)
+    outcome already decided (a re-claim after an expired lease makes no call).
+
+    A drain passes the `message` it loaded with its batch, read after the claim, and
+    `flush=False` so the batch's attempt rows go in one INSERT."""
+    message = message or get_message(session, claim.message_id)
     assert message is not None
     if claim.lease_lost:
         # The attempt whose lease expired never reported: an unknown outcome, already
@@ -219,7 +225,7 @@ def prepare(
             (message.lane, plan.at),
         )
     key = provider_key_for(message.id, message.provider_key_cycle, message.fingerprint)
-    start_attempt(session, claim, key, now)
+    start_attempt(session, claim, key, now, flush=flush)
     secrets = reveal_secrets(box, identity)
     return Prepared(
         claim=claim,

@@ -28,8 +28,12 @@ def append_event(
     actor: str | None = None,
     detail: dict[str, Any] | None = None,
     dedupe_key: str | None = None,
+    flush: bool = True,
 ) -> int | None:
-    """Append an event; returns its id, or None when `dedupe_key` was already recorded."""
+    """Append an event; returns its id, or None when `dedupe_key` was already recorded.
+
+    With `flush=False` (no dedupe key) the row is written with the unit of work's next
+    flush, in one INSERT with its neighbours, and None is returned."""
     values = {
         "message_id": message_id,
         "cycle": cycle,
@@ -48,6 +52,8 @@ def append_event(
     if dedupe_key is None:
         event = MessageEvent(**values)
         session.add(event)
+        if not flush:
+            return None
         session.flush()
         return event.id
     return insert_ignoring_conflict(

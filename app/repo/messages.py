@@ -69,8 +69,12 @@ def apply_status(
     detail: dict[str, Any] | None = None,
     dedupe_key: str | None = None,
     extra_values: dict[str, Any] | None = None,
+    known: tuple[Status, int, int] | None = None,
 ) -> Transition:
     """Move a message to `target` if the state machine allows it, as a compare-and-set.
+
+    `known` is (status, cycle, attempt) when the caller has just read them under a row
+    lock: then they are not read again.
 
     1. The event row is appended first; with a `dedupe_key` already recorded (the same
        provider, provider message id and status seen again) nothing else happens.
@@ -85,26 +89,42 @@ def apply_status(
     """
     when = provider_time or now
     stamp = TIMESTAMP_FIELD[target]
-    state = _read_state(session, message_id)
+    state = known or _read_state(session, message_id)
     if state is None:
         return Transition(False, None, target, Refusal.NOT_ALLOWED)
-    # The event belongs to the cycle the caller fenced on (a stale status: its own cycle).
-    event_id = append_event(
-        session,
-        message_id=message_id,
-        cycle=cycle if cycle is not None else state[1],
-        source=source.value,
-        kind=kind or target.value,
-        received_at=now,
-        applied=False,
-        to_status=target.value,
-        provider_time=provider_time,
-        actor=actor,
-        detail=detail,
-        dedupe_key=dedupe_key,
-    )
-    if event_id is None:
-        return Transition(False, state[0], target, Refusal.SAME, duplicate=True)
+    event: dict[str, Any] = {
+        "message_id": message_id,
+        # The event belongs to the cycle the caller fenced on (a stale status: its own).
+        "cycle": cycle if cycle is not None else state[1],
+        "source": source.value,
+        "kind": kind or target.value,
+        "received_at": now,
+        "to_status": target.value,
+        "provider_time": provider_time,
+        "actor": actor,
+        "detail": detail,
+    }
+    event_id: int | None = None
+    if dedupe_key is not None:
+        # Deduplicated events go in first: the same status seen again stops here.
+        event_id = append_event(session, applied=False, dedupe_key=dedupe_key, **event)
+        if event_id is None:
+            return Transition(False, state[0], target, Refusal.SAME, duplicate=True)
+
+    def record(result: Transition) -> Transition:
+        # An event with no dedupe key is written once, with its outcome.
+        if event_id is None:
+            append_event(
+                session,
+                applied=result.applied,
+                from_status=result.from_status.value if result.from_status else None,
+                refusal=result.refusal.value if result.refusal else None,
+                flush=False,
+                **event,
+            )
+        else:
+            _record(session, event_id, result)
+        return result
 
     for _ in range(_MAX_ROUNDS):
         current, current_cycle, current_attempt = state
@@ -119,9 +139,7 @@ def apply_status(
         if not decision.applies:
             if decision.fills_own_timestamp:
                 _fill_timestamp(session, message_id, current_cycle, stamp, when)
-            result = Transition(False, current, target, decision.refusal)
-            _record(session, event_id, result)
-            return result
+            return record(Transition(False, current, target, decision.refusal))
 
         column = getattr(Message, stamp)
         values: dict[str, Any] = {
@@ -144,9 +162,7 @@ def apply_status(
             .execution_options(synchronize_session=False),
         )
         if changed == 1:
-            result = Transition(True, current, target)
-            _record(session, event_id, result)
-            return result
+            return record(Transition(True, current, target))
         # Nothing updated: another writer moved it between our read and our write.
         state = _read_state(session, message_id)
         if state is None:

@@ -70,7 +70,10 @@ def take_verdict(session: Session, message_id: int, now: datetime) -> Transition
     )
 
 
-def start_attempt(session: Session, claim: Claim, provider_key: str, now: datetime) -> None:
+def start_attempt(
+    session: Session, claim: Claim, provider_key: str, now: datetime, *, flush: bool = True
+) -> None:
+    """The attempt's row; `flush=False` lets a batch's rows go in one INSERT."""
     session.add(
         Attempt(
             message_id=claim.message_id,
@@ -80,7 +83,8 @@ def start_attempt(session: Session, claim: Claim, provider_key: str, now: dateti
             started_at=now,
         )
     )
-    session.flush()
+    if flush:
+        session.flush()
 
 
 def finish_attempt(
@@ -148,7 +152,7 @@ def record_accepted(
     Returns None when the write is stale (our lease was taken over): nothing is changed.
     """
     current = session.execute(
-        select(Message.provider_message_id).where(*fenced(claim)).with_for_update()
+        select(Message.status, Message.provider_message_id).where(*fenced(claim)).with_for_update()
     ).first()
     if current is None:
         return None
@@ -168,13 +172,16 @@ def record_accepted(
     }
     if had_unknown:
         values["had_unknown_outcome"] = True
-    session.execute(update(Message).where(*fenced(claim)).values(**values))
-    # A retry's class no longer describes it, unless a `failed` webhook got here first.
-    session.execute(
-        update(Message)
-        .where(*fenced(claim), Message.status != Status.FAILED.value)
-        .values(failure_class=None)
-    )
+    status = Status(current.status)
+    if status is Status.SENDING:
+        # The usual case, under the row lock: the values ride on the move to `sent`, and a
+        # retry's class no longer describes the message.
+        values["failure_class"] = None
+        extra: dict[str, Any] | None = values
+    else:
+        # A webhook got further (or failed it): keep the id, leave the state and its class.
+        session.execute(update(Message).where(*fenced(claim)).values(**values))
+        extra = None
     transition = apply_status(
         session,
         claim.message_id,
@@ -185,7 +192,11 @@ def record_accepted(
         attempt=claim.attempt,
         kind="accepted",
         detail={"provider_message_id": provider_message_id},
+        extra_values=extra,
+        known=(status, claim.cycle, claim.attempt),
     )
+    if extra is not None and not transition.applied:
+        session.execute(update(Message).where(*fenced(claim)).values(**values))
     apply_parked(session, claim.identity_id, provider_message_id, now)
     return transition
 

@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from app.models import Identity, Message
 from app.repo.messages import NewMessage, create_message
 from jobs.drain import ring_identity
-from jobs.pacing import Pacer
+from jobs.pacing import MIN_BURST, Pacer
 
 from ..conftest import PG_URL, SECRET_KEY
 from .conftest import Env
@@ -167,7 +167,7 @@ def busiest_second(times: list[float], start: float = 0.0, end: float = math.inf
 
 
 def burst_of(rate: float) -> int:
-    return max(1, math.ceil(rate * BURST_SECONDS))
+    return max(MIN_BURST, math.ceil(rate * BURST_SECONDS))
 
 
 @pytest.mark.slow
