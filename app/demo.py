@@ -1,5 +1,7 @@
 """Demo data for `make run`: a tenant, a staff login, a WhatsApp identity that sends through
-the sandbox provider, and a few messages that show each kind of outcome.
+the sandbox provider, a few messages that show each kind of outcome, and then a steady
+trickle of traffic (`trickle`), so the dashboard shows what a support person would see:
+messages moving, a dead letter now and then, a retry waiting, replies to customers.
 
 Idempotent: a second run reuses what the first created (the database persists; the
 sandbox forgets everything when it stops, so its number is registered again each time).
@@ -7,8 +9,12 @@ sandbox forgets everything when it stops, so its number is registered again each
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import secrets
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -16,7 +22,7 @@ import httpx
 from app.clock import utcnow
 from app.crypto import SecretBox
 from app.db import Database
-from app.repo import identities, staff, tenants
+from app.repo import identities, messages, staff, tenants
 
 TENANT = "demo"
 STAFF_EMAIL = "support@demo.test"
@@ -32,11 +38,29 @@ DEMO_RECIPIENTS = [
 ]
 
 
+# The trickle's round: ordinary sends, the sandbox's fault recipients, and replies to a
+# customer who just wrote in (None: a reply to the next customer).
+TRICKLE: list[tuple[str | None, str]] = [
+    ("15551110003", "Your parcel is out for delivery."),
+    (None, "Thanks for writing in: an agent will call you back today."),
+    ("15550000003", "A flaky provider: retried after its 503s."),
+    ("15551110004", "Your appointment is tomorrow at 10:00."),
+    ("15550000010", "Accepted, then failed by the provider (131049)."),
+    (None, "Your refund was approved."),
+    ("15550000004", "Rate limited once, then sent."),
+    ("15550000006", "Outside the 24-hour window: a dead letter."),
+    ("15550000012", "Read without a delivered receipt."),
+    ("15550000007", "A template that does not exist: needs a human."),
+]
+
+
 @dataclass
 class DemoLogin:
     email: str
     password: str | None  # None: created on an earlier run
     api_key: str | None
+    identity_id: int = 0
+    tenant_id: int = 0
 
 
 def wait_for(url: str, seconds: float = 60.0) -> None:
@@ -107,4 +131,53 @@ def seed(db: Database, box: SecretBox, sandbox_url: str, public_url: str) -> Dem
                 headers={"Authorization": f"Bearer {api_key}", "Idempotency-Key": f"demo-{n}"},
                 json={"identity_id": identity_id, "to": to, "text": text},
             ).raise_for_status()
-    return DemoLogin(STAFF_EMAIL, password, api_key)
+    return DemoLogin(STAFF_EMAIL, password, api_key, identity_id, tenant.id)
+
+
+def trickle(
+    db: Database,
+    sandbox_url: str,
+    login: DemoLogin,
+    stop: threading.Event,
+    every: float = 10.0,
+    ring: Callable[[int, str, int], bool] | None = None,
+) -> int:
+    """Send one message of `TRICKLE` every `every` seconds until `stop`; returns how many.
+
+    Replies go to a customer who has just written in (the sandbox posts the signed inbound
+    webhook, which opens the 24-hour window), so they take the reply lane by default.
+    """
+    sent = 0
+    customers = itertools.count(1)
+    while not stop.wait(every):
+        to, text = TRICKLE[sent % len(TRICKLE)]
+        lane = "campaign"
+        if to is None:
+            to = f"1555222{next(customers) % 10000:04d}"
+            lane = "reply"
+            try:
+                httpx.post(
+                    f"{sandbox_url}/_sandbox/numbers/{PHONE_NUMBER_ID}/inbound",
+                    timeout=10,
+                    json={"from": to, "text": "Hello, is anyone there?"},
+                ).raise_for_status()
+            except httpx.HTTPError:
+                continue  # the sandbox is going away with the rest
+        now = utcnow()
+        with db.transaction() as session:
+            message, _ = messages.create_message(
+                session,
+                messages.NewMessage(
+                    tenant_id=login.tenant_id,
+                    identity_id=login.identity_id,
+                    recipient=to,
+                    lane=lane,
+                    fingerprint=hashlib.sha256(f"{to}:{text}:{now}".encode()).hexdigest(),
+                    body_text=text,
+                ),
+                now,
+            )
+        if ring is not None:
+            ring(message.id, lane, login.identity_id)
+        sent += 1
+    return sent

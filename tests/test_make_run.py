@@ -4,6 +4,7 @@ process it started. Runs the real command, as a person would at a terminal."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -80,6 +81,21 @@ def test_make_run_starts_the_system_and_ctrl_c_stops_everything_it_started(
         for name in ("web", "reply", "campaign", "sweeper", "sandbox", "demo"):
             assert f"{name} started" in output.replace("  ", " "), (name, output)
         assert f"http://127.0.0.1:{port}/" in output
+        # The printed URL opens on the sign-in page, and the printed login shows the overview.
+        login = re.search(r"staff login: (\S+) / (\S+)", output)
+        assert login is not None, output
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as browser:
+            first = browser.get("/", follow_redirects=True)
+            assert first.status_code == 200 and 'name="password"' in first.text
+            token = re.search(r'name="csrf_token" value="([^"]+)"', first.text)
+            assert token is not None
+            signed_in = browser.post(
+                "/sign-in",
+                data={"email": login[1], "password": login[2], "csrf_token": token[1]},
+                follow_redirects=True,
+            )
+            assert signed_in.status_code == 200 and "Overview" in signed_in.text
+            assert "demo traffic: one message every 10 s" in output
         assert "embedded Redis-compatible server" in output
         assert (tmp_path / "instance" / "ratchet.db").exists()
         assert any(

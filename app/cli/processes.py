@@ -59,10 +59,14 @@ def demo_command(sandbox_url: str) -> None:
     if login.api_key:
         click.echo(f"  demo tenant API key (shown once): {login.api_key}")
         click.echo(f"  sent {len(demo.DEMO_RECIPIENTS)} demo messages through the API")
+    click.echo("  demo traffic: one message every 10 s (replies, campaigns, fault recipients)")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    from jobs.send import ring_message
+
+    sent = demo.trickle(get_db(), sandbox_url, login, stop, ring=ring_message)
+    click.echo(f"demo stopped after {sent} trickle messages")
 
 
 @click.command("worker")

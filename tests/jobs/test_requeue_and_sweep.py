@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from datetime import timedelta
 
@@ -10,9 +11,11 @@ import pytest
 from redis import Redis
 from rq import Queue, SimpleWorker
 
+from app import demo
 from app.clock import utcnow
 from app.lifecycle import Status, is_terminal
 from app.repo.queue import dead_letters
+from app.repo.windows import is_window_open
 from jobs.queues import queue_name
 from jobs.sweep import sweep_once
 
@@ -173,3 +176,32 @@ def test_dead_letters_list_the_actionable_ones_first(env: Env) -> None:
         .output
     )
     assert "2 dead letters" in only
+
+
+@pytest.mark.slow
+def test_the_demo_trickle_sends_campaigns_and_replies_to_customers_who_wrote_in(
+    env: Env,
+) -> None:
+    login = demo.seed(env.db, env.box, env.sandbox_url, env.base_url)
+    stop = threading.Event()
+    rung: list[tuple[int, str]] = []
+
+    def ring(message_id: int, lane: str, identity_id: int) -> bool:
+        rung.append((message_id, lane))
+        if len(rung) >= len(demo.TRICKLE):
+            stop.set()
+        return True
+
+    worker = threading.Thread(
+        target=demo.trickle, args=(env.db, env.sandbox_url, login, stop, 0.05, ring)
+    )
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+    lanes = {lane for _, lane in rung}
+    assert lanes == {"reply", "campaign"} and len(rung) == len(demo.TRICKLE)
+    replies = [env.message(i) for i, lane in rung if lane == "reply"]
+    with env.db.transaction() as session:
+        for reply in replies:
+            # The customer wrote in first: the window is open for the reply.
+            assert is_window_open(session, login.identity_id, reply.recipient, utcnow())
