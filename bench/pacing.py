@@ -1,0 +1,380 @@
+"""Pacing and reply latency, measured from the sandbox's receipt times, in one run.
+
+1. Achieved / configured campaign rate for 3 identities (10, 25, 40 per s) over `--seconds`
+   (30) with 4 campaign worker processes, each identity with a backlog that outlasts the
+   window; the first second is skipped. Goal: within 2%.
+2. POST-to-sandbox latency (p50 / p99 / max) of 200 replies sent through the HTTP API
+   (gunicorn) at 20 per s, on an idle system and then behind a 10,000-message campaign
+   backlog on the same identity (reply 50, campaign 100, total 150 per s), with 1 reply and
+   2 campaign workers. Goal: p99 behind the backlog <= 1.5x the idle p99, and < 0.5 s.
+
+    .venv/bin/python bench/pacing.py [--seconds 30]
+
+Exits non-zero only if something broke (a reply not sent in time, a duplicate send, a
+traceback in a log); a missed goal is printed as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import itertools
+
+import httpx
+
+from bench.common import (
+    BenchBroke,
+    Processes,
+    Sandbox,
+    count_status,
+    cpu_delta,
+    cpu_snapshot,
+    create_identity,
+    create_messages,
+    free_port,
+    goal,
+    header,
+    machine_ticks,
+    make_app,
+    managed,
+    percentile,
+    print_machine,
+    process_env,
+    reset_services,
+    self_cpu,
+    start_sandbox,
+    status_counts,
+    wait_for,
+)
+
+CAMPAIGN_RATES = (10.0, 25.0, 40.0)
+REPLY_RATE_A = 5.0  # the pacing identities' reply lane (unused in part 1)
+RATE_TOLERANCE = 0.02
+REPLIES = 200
+REPLY_EVERY = 1 / 20
+BACKLOG = 10_000
+LATENCY_RATES = {"reply": 50.0, "campaign": 100.0, "total": 150.0}
+P99_RATIO_GOAL = 1.5
+P99_ABSOLUTE_GOAL = 0.5
+BURST_SECONDS = 0.1  # RATCHET_PACING_BURST's default, which the workers run with
+MIN_BURST = 2  # jobs.pacing.MIN_BURST: a bucket allows at least two cells
+
+
+def duplicates(accepted: list[dict[str, Any]]) -> int:
+    per_key = Counter(a["idempotency_key"] or a["wamid"] for a in accepted)
+    return sum(n - 1 for n in per_key.values() if n > 1)
+
+
+def rates(processes: Processes, sandbox: Sandbox, app: Any, seconds: float) -> list[bool]:
+    from app.db import get_db
+    from jobs.drain import ring_identity
+    from jobs.queues import get_redis
+
+    db = get_db()
+    config = app.config["RATCHET"]
+    numbers = []
+    for n, rate in enumerate(CAMPAIGN_RATES):
+        number = create_identity(
+            db, sandbox, 10 + n, reply=REPLY_RATE_A, campaign=rate, total=rate + REPLY_RATE_A
+        )
+        backlog = int(rate * (seconds + 10) * 1.2) + 50
+        create_messages(db, number, backlog, tag=3)
+        numbers.append((number, rate, backlog))
+    env = process_env()
+    names = [f"campaign{n}" for n in range(4)]
+    for name in names:
+        processes.flask(name, ["worker", "--lane", "campaign"], env)
+    for number, _, _ in numbers:
+        if not ring_identity(number["identity_id"], "campaign", config):
+            raise BenchBroke("could not ring a drain: Redis unreachable")
+    rung = time.time()
+    machine_before = machine_ticks()
+    groups = {
+        "workers": [processes.started[n].pid for n in names],
+        "sandbox": [sandbox.process.pid],
+    }
+    cpu_before = cpu_snapshot(groups)
+    self_before = self_cpu()
+    # The window starts a second after each identity's first receipt (which is before its
+    # first `sent` row): wait until each has one, then for the window and a margin.
+    for number, _, _ in numbers:
+        wait_for(
+            lambda n=number: count_status(db, None, ("sent",), [n["identity_id"]]) > 0,
+            limit=60,
+            what=f"identity {number['identity_id']}'s first send",
+        )
+    time.sleep(seconds + 2)
+    machine_after = machine_ticks()
+    cpu = cpu_delta(cpu_before, cpu_snapshot(groups))
+    ours = sum(cpu.values()) + self_cpu() - self_before
+    if count_status(db, None, ("sent",)) == 0:
+        raise BenchBroke(f"nothing was sent; see {processes.logs}")
+    processes.stop(names)
+    # Part 2 must not inherit this backlog: pause these identities, forget their drains.
+    from sqlalchemy import update
+
+    from app.clock import utcnow
+    from app.models import Identity
+
+    with db.transaction() as session:
+        session.execute(
+            update(Identity)
+            .where(Identity.id.in_([number["identity_id"] for number, _, _ in numbers]))
+            .values(paused_at=utcnow(), paused_reason="bench: part 1 over")
+        )
+    get_redis().flushdb()
+    print(f"  {'identity':>10} {'configured':>10} {'achieved':>9} {'ratio':>7}  window")
+    met = []
+    for number, rate, backlog in numbers:
+        accepted = sandbox.accepted(number["phone_number_id"])
+        if duplicates(accepted):
+            raise BenchBroke(f"identity {number['identity_id']}: {duplicates(accepted)} duplicates")
+        times = sorted(a["time"] for a in accepted)
+        if not times:
+            raise BenchBroke(f"identity {number['identity_id']} sent nothing")
+        start = times[0] + 1.0
+        end = start + seconds
+        if times[-1] < end:
+            raise BenchBroke(
+                f"identity {number['identity_id']}: its last receipt ({times[-1] - start:.1f} s "
+                f"into the window) is before the window's end: the run was cut short"
+            )
+        if len(times) >= backlog:
+            raise BenchBroke(f"identity {number['identity_id']}: the backlog ran out")
+        inside = sum(1 for t in times if start <= t < end)
+        achieved = inside / seconds
+        ratio = achieved / rate
+        met.append(abs(ratio - 1) <= RATE_TOLERANCE)
+        window = [t for t in times if start <= t < end]
+        gaps = [(b - a, a - rung) for a, b in itertools.pairwise(window)]
+        gap, at = max(gaps) if gaps else (0.0, 0.0)
+        # Receipts within 15 ms of the previous one came from one grant (one drain step).
+        bursts = [[window[0]]] if window else []
+        for a, b in itertools.pairwise(window):
+            if b - a <= 0.015:
+                bursts[-1].append(b)
+            else:
+                bursts.append([b])
+        spacing = sorted(b[0] - a[0] for a, b in itertools.pairwise(bursts))
+        print(
+            f"  {number['identity_id']:>10} {rate:>8.1f}/s {achieved:>7.2f}/s {ratio:>7.4f}  "
+            f"[{start - rung:.2f} s, {end - rung:.2f} s) after the ring, {inside} receipts; "
+            f"longest gap {1000 * gap:.0f} ms (1/rate = {1000 / rate:.0f} ms) at {at:.2f} s"
+        )
+        if spacing:
+            burst = max(MIN_BURST, math.ceil(rate * BURST_SECONDS))
+            print(
+                f"  {'':>10} {len(bursts)} send bursts of {inside / len(bursts):.2f} on average "
+                f"(the burst allows {burst}), spaced p50 {1000 * spacing[len(spacing) // 2]:.0f} "
+                f"ms / p90 {1000 * spacing[int(len(spacing) * 0.9)]:.0f} ms; on pace: "
+                f"{1000 * burst / rate:.0f} ms per full group"
+            )
+    print(
+        "  CPU over the phase: "
+        + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in cpu.items())
+    )
+    print_machine(machine_before, machine_after, ours)
+    return met
+
+
+def serve_app(processes: Processes, env: dict[str, str]) -> str:
+    port = free_port()
+    gunicorn = str(Path(sys.executable).parent / "gunicorn")
+    processes.start("web", [gunicorn, "-b", f"127.0.0.1:{port}", "-w", "2", "wsgi:app"], env)
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(up, limit=30, what="gunicorn to answer /healthz")
+    return url
+
+
+def replies(
+    sandbox: Sandbox, db: Any, url: str, number: dict[str, Any], tag: str, count: int = REPLIES
+) -> list[float]:
+    """POST `count` replies at REPLY_EVERY; returns each one's POST-to-receipt latency."""
+    posted: dict[str, float] = {}
+    ids = []
+    headers = {"Authorization": f"Bearer {number['api_key']}"}
+    with httpx.Client(timeout=10) as client:
+        begin = time.monotonic()
+        for n in range(count):
+            pause = begin + n * REPLY_EVERY - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            to = f"19{tag}{n:08d}"
+            asked = time.time()
+            response = client.post(
+                f"{url}/v1/messages",
+                json={
+                    "identity_id": number["identity_id"],
+                    "to": to,
+                    "text": f"reply {n}",
+                    "lane": "reply",
+                },
+                headers=headers,
+            )
+            if response.status_code != 201:
+                raise BenchBroke(f"POST /v1/messages: {response.status_code} {response.text}")
+            posted[to] = asked
+            ids.append(int(response.json()["id"]))
+    wait_for(
+        lambda: count_status(db, ids, ("sent",)) == len(ids),
+        limit=120,
+        every=0.2,
+        what="every reply to be sent",
+    )
+    accepted = sandbox.accepted(number["phone_number_id"])
+    if duplicates(accepted):
+        raise BenchBroke(f"{duplicates(accepted)} duplicate sends")
+    received = {a["to"]: a["time"] for a in accepted if a["to"] in posted}
+    if len(received) != len(posted):
+        raise BenchBroke(f"the sandbox has {len(received)} of {len(posted)} replies")
+    return [received[to] - posted[to] for to in posted]
+
+
+def latency(processes: Processes, sandbox: Sandbox, app: Any) -> dict[str, list[float]]:
+    from app.db import get_db
+    from jobs.drain import ring_identity
+
+    db = get_db()
+    config = app.config["RATCHET"]
+    number = create_identity(db, sandbox, 20, **LATENCY_RATES)
+    env = process_env()
+    url = serve_app(processes, env)
+    processes.flask("reply0", ["worker", "--lane", "reply"], env)
+    for n in range(2):
+        processes.flask(f"campaign{n}", ["worker", "--lane", "campaign"], env)
+    time.sleep(3)  # the workers are up and blocked on their queues
+    replies(sandbox, db, url, number, "0", count=20)  # warm-up (first connections): not counted
+    idle = replies(sandbox, db, url, number, "1")
+    print(f"  idle:           {summary(idle)}")
+    backlog = create_messages(db, number, BACKLOG, tag=4)
+    if not ring_identity(number["identity_id"], "campaign", config):
+        raise BenchBroke("could not ring a drain: Redis unreachable")
+    wait_for(
+        lambda: count_status(db, backlog, ("sent",)) >= 200,
+        limit=60,
+        what="the campaign backlog to start sending",
+    )
+    names = ["web", "reply0", "campaign0", "campaign1"]
+    groups = {
+        "web (gunicorn)": [processes.started["web"].pid],
+        "reply worker": [processes.started["reply0"].pid],
+        "campaign workers": [processes.started[f"campaign{n}"].pid for n in range(2)],
+        "sandbox": [sandbox.process.pid],
+    }
+    sent_before = count_status(db, None, ("sent",))
+    cpu_before = cpu_snapshot(groups)
+    machine_before = machine_ticks()
+    self_before = self_cpu()
+    busy = replies(sandbox, db, url, number, "2")
+    cpu = cpu_delta(cpu_before, cpu_snapshot(groups))
+    machine_after = machine_ticks()
+    ours = sum(cpu.values()) + self_cpu() - self_before
+    sent = count_status(db, backlog, ("sent",))
+    print(f"  behind backlog: {summary(busy)}")
+    print(
+        f"  (campaign messages sent by the end: {sent} of {BACKLOG}: the backlog lasted; "
+        f"states {status_counts(db)})"
+    )
+    if sent >= BACKLOG:
+        print("  note: the backlog ran out before the last reply; raise BACKLOG")
+    sends = count_status(db, None, ("sent",)) - sent_before
+    print(
+        f"  CPU while the replies went behind the backlog ({sends} sends, ms per send): "
+        + ", ".join(f"{name} {1000 * seconds / sends:.1f}" for name, seconds in cpu.items())
+    )
+    print_machine(machine_before, machine_after, ours)
+    processes.stop(names)
+    return {"idle": idle, "busy": busy}
+
+
+def summary(values: list[float]) -> str:
+    return (
+        f"p50 {1000 * percentile(values, 50):7.1f} ms   p99 {1000 * percentile(values, 99):7.1f} "
+        f"ms   max {1000 * max(values):7.1f} ms   ({len(values)} replies)"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="rate window (30)")
+    args = parser.parse_args()
+    header("Ratchet pacing accuracy and reply latency")
+    reset_services()
+    with managed() as processes:
+        print(f"logs: {processes.logs}")
+        sandbox = start_sandbox(processes, process_env())
+        app = make_app()
+        with app.app_context():
+            print(
+                f"\n[1] campaign pacing: {len(CAMPAIGN_RATES)} identities at "
+                f"{', '.join(f'{r:g}' for r in CAMPAIGN_RATES)}/s, 4 campaign workers, "
+                f"{args.seconds:g} s window after the first second (sandbox receipt times)"
+            )
+            met = rates(processes, sandbox, app, args.seconds)
+            print(
+                "  "
+                + goal(
+                    f"every identity within {100 * RATE_TOLERANCE:g}%",
+                    all(met),
+                    f"{sum(not m for m in met)} of {len(met)} identities",
+                )
+            )
+
+            print(
+                f"\n[2] reply latency: {REPLIES} replies via POST /v1/messages (gunicorn, 2 "
+                f"workers) at {1 / REPLY_EVERY:g}/s, 1 reply + 2 campaign workers, rates "
+                "reply 50 / campaign 100 / total 150 per s; latency = sandbox receipt - POST"
+            )
+            seen = latency(processes, sandbox, app)
+            idle99 = percentile(seen["idle"], 99)
+            busy99 = percentile(seen["busy"], 99)
+            ratio = busy99 / idle99
+            print(f"  p99 behind the backlog / idle p99: {ratio:.2f}x")
+            print(
+                "  "
+                + goal(
+                    f"p99 ratio <= {P99_RATIO_GOAL:g}x",
+                    ratio <= P99_RATIO_GOAL,
+                    f"{ratio - P99_RATIO_GOAL:.2f}x",
+                )
+            )
+            print(
+                "  "
+                + goal(
+                    f"p99 behind the backlog < {P99_ABSOLUTE_GOAL:g} s",
+                    busy99 < P99_ABSOLUTE_GOAL,
+                    f"{1000 * (busy99 - P99_ABSOLUTE_GOAL):.0f} ms",
+                )
+            )
+        app.extensions["ratchet.db"].engine.dispose()
+        broken = processes.tracebacks()
+        if broken:
+            print("\nTRACEBACKS in logs:\n" + "\n".join(broken))
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchBroke as exc:
+        print(f"\nBROKEN: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("\ninterrupted; every process started was stopped", file=sys.stderr)
+        sys.exit(130)

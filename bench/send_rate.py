@@ -1,0 +1,518 @@
+"""Send rate: Ratchet's drains against a no-op RQ baseline, in one run.
+
+1. Baseline: N no-op RQ jobs (`bench.noop.noop`) worked by 2 `rq worker` processes of the
+   class Ratchet uses (SimpleWorker, with the scheduler, burst mode) on one queue.
+2. Ratchet: M messages of 4 identities sent to the sandbox (no webhooks, no rate limit) by
+   2 `flask --app wsgi worker --lane campaign` processes, pacing set far above the rate.
+3. SQL statements, transactions and Redis commands per message, counted (not timed) over
+   one drain run in this process for a batch of one identity.
+4. CPU per send, split between the workers, PostgreSQL, Redis and the sandbox.
+
+    .venv/bin/python bench/send_rate.py [--messages 4000] [--jobs 5000]
+
+Exits non-zero only if something broke (messages not all sent in time, a duplicate send,
+a traceback in a log); a missed goal is printed as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import (
+    PG_DATABASE,
+    REDIS_URL,
+    BenchBroke,
+    Processes,
+    Sandbox,
+    count_status,
+    cpu_delta,
+    cpu_snapshot,
+    create_identity,
+    create_messages,
+    goal,
+    header,
+    machine_ticks,
+    make_app,
+    managed,
+    print_cpu,
+    print_machine,
+    process_env,
+    reset_services,
+    self_cpu,
+    start_sandbox,
+    status_counts,
+    wait_for,
+)
+
+IDENTITIES = 4
+RATES = {"reply": 5000.0, "campaign": 5000.0, "total": 10000.0}
+BASELINE_QUEUE = "bench-noop"
+SQL_BATCH = 100
+GOAL_RATIO = 3.0
+
+
+def baseline(processes: Processes, jobs: int, workers: int) -> dict[str, Any]:
+    from redis import Redis
+    from rq import Queue
+    from rq.job import Job
+    from rq.registry import FinishedJobRegistry
+
+    from bench.noop import noop
+
+    redis = Redis.from_url(REDIS_URL)
+    queue = Queue(BASELINE_QUEUE, connection=redis)
+    queue.empty()
+    enqueued = queue.enqueue_many([Queue.prepare_data(noop, result_ttl=3600) for _ in range(jobs)])
+    ids = [job.id for job in enqueued]
+    finished = FinishedJobRegistry(queue=queue)
+    env = process_env()
+    names = [f"rq{n}" for n in range(workers)]
+    cpu_before = cpu_snapshot({})
+    machine_before = machine_ticks()
+    self_before = self_cpu()
+    started = time.monotonic()
+    for name in names:
+        processes.start(
+            name,
+            [
+                str(Path(sys.executable).parent / "rq"),
+                "worker",
+                "--burst",
+                "--with-scheduler",
+                "--worker-class",
+                "rq.worker.SimpleWorker",
+                "--url",
+                REDIS_URL,
+                BASELINE_QUEUE,
+            ],
+            env,
+        )
+    done = wait_for(lambda: finished.count >= jobs, limit=300, every=0.02, what="the no-op jobs")
+    wall = done - started
+    cpu = cpu_delta(
+        cpu_before, cpu_snapshot({"rq workers": [processes.started[n].pid for n in names]})
+    )
+    machine_after = machine_ticks()
+    self_spent = self_cpu() - self_before
+    exited = wait_for(
+        lambda: all(processes.started[n].poll() is not None for n in names),
+        limit=60,
+        what="the burst workers to exit",
+    )
+    codes = [processes.started[n].returncode for n in names]
+    processes.stop(names)
+    if any(codes):
+        raise BenchBroke(f"an rq worker exited with {codes}; see {processes.logs}")
+    starts, ends = [], []
+    for job in Job.fetch_many(ids, connection=redis):
+        if job is None or job.get_status() != "finished":
+            raise BenchBroke("a no-op job did not finish")
+        assert job.started_at is not None and job.ended_at is not None
+        starts.append(job.started_at.timestamp())
+        ends.append(job.ended_at.timestamp())
+    steady = max(ends) - min(starts)
+    queue.empty()
+    finished.cleanup()
+    redis.close()
+    return {
+        "wall": wall,
+        "rate": jobs / wall,
+        "steady": steady,
+        "steady_rate": jobs / steady,
+        "exit": exited - started,
+        "cpu": cpu,
+        "self_cpu": self_spent,
+        "machine": (machine_before, machine_after),
+    }
+
+
+def commits(db: Any) -> int:
+    from sqlalchemy import text
+
+    with db.engine.connect() as connection:
+        return int(
+            connection.execute(
+                text("SELECT xact_commit FROM pg_stat_database WHERE datname = :d"),
+                {"d": PG_DATABASE},
+            ).scalar_one()
+        )
+
+
+def ratchet(
+    processes: Processes, sandbox: Sandbox, app: Any, messages: int, workers: int
+) -> dict[str, Any]:
+    from app.db import get_db
+    from jobs.drain import ring_identity
+
+    db = get_db()
+    config = app.config["RATCHET"]
+    numbers = [create_identity(db, sandbox, n, **RATES) for n in range(IDENTITIES)]
+    ids: list[int] = []
+    per = [messages // IDENTITIES + (1 if n < messages % IDENTITIES else 0) for n in range(4)]
+    for number, count in zip(numbers, per, strict=True):
+        ids += create_messages(db, number, count, tag=1)
+    for number in numbers:
+        if not ring_identity(number["identity_id"], "campaign", config):
+            raise BenchBroke("could not ring a drain: Redis unreachable")
+    identity_ids = [number["identity_id"] for number in numbers]
+    env = process_env()
+    names = [f"campaign{n}" for n in range(workers)]
+    time.sleep(1.5)  # let the inserts' statistics reach pg_stat_database
+    commits_before = commits(db)
+    polls = 0
+    cpu_before = cpu_snapshot({"workers": [], "sandbox": [sandbox.process.pid]})
+    machine_before = machine_ticks()
+    self_before = self_cpu()
+    started = time.monotonic()
+    for name in names:
+        processes.flask(name, ["worker", "--lane", "campaign"], env)
+    cpu_groups = {
+        "workers": [processes.started[n].pid for n in names],
+        "sandbox": [sandbox.process.pid],
+    }
+    # The workers' sessions did not exist at the first snapshot: they start from zero.
+
+    def all_sent() -> bool:
+        nonlocal polls
+        polls += 1
+        return count_status(db, None, ("sent",), identity_ids=identity_ids) >= len(ids)
+
+    try:
+        done = wait_for(all_sent, limit=max(120.0, messages / 20), every=0.1, what="every send")
+    except BenchBroke:
+        print(f"  stuck: {status_counts(db)}; worker logs in {processes.logs}")
+        raise
+    wall = done - started
+    cpu_after = cpu_snapshot(cpu_groups)
+    machine_after = machine_ticks()
+    self_after = self_cpu()
+    cpu = cpu_delta(cpu_before, cpu_after)
+    time.sleep(1.5)
+    commits_after = commits(db)
+    processes.stop(names)
+
+    receipts: list[float] = []
+    per_key: Counter[str] = Counter()
+    for number in numbers:
+        for accepted in sandbox.accepted(number["phone_number_id"]):
+            receipts.append(accepted["time"])
+            per_key[accepted["idempotency_key"] or accepted["wamid"]] += 1
+    duplicates = sum(n - 1 for n in per_key.values() if n > 1)
+    if duplicates or len(receipts) != len(ids):
+        raise BenchBroke(
+            f"the sandbox accepted {len(receipts)} sends for {len(ids)} messages "
+            f"({duplicates} duplicates of one provider key)"
+        )
+    receipts.sort()
+    steady = receipts[-1] - receipts[0]
+    return {
+        "wall": wall,
+        "rate": len(ids) / wall,
+        "steady": steady,
+        "steady_rate": len(ids) / steady if steady else float("inf"),
+        "cpu": cpu,
+        "self_cpu": self_after - self_before,
+        "commits": commits_after - commits_before - polls,
+        "sends": len(ids),
+        "machine": (machine_before, machine_after),
+    }
+
+
+class Monitor:
+    """Redis MONITOR, counting the commands sent to database 9 until a marker."""
+
+    MARK = "bench-monitor-end"
+
+    def __init__(self) -> None:
+        from redis import Redis
+
+        self.client = Redis.from_url(REDIS_URL)
+        self.commands: Counter[str] = Counter()
+        self.lua: Counter[str] = Counter()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        self.ready.wait(5)
+
+    def _run(self) -> None:
+        with self.client.monitor() as monitor:
+            self.ready.set()
+            for line in monitor.listen():
+                raw = line.get("command", "")
+                db = str(line.get("db", ""))
+                if self.MARK in raw:
+                    return
+                if db != "9":
+                    continue
+                name = raw.split(" ", 1)[0].upper()
+                if line.get("client_type") == "lua" or line.get("client_address") == "lua":
+                    self.lua[name] += 1
+                else:
+                    self.commands[name] += 1
+
+    def stop(self) -> None:
+        from redis import Redis
+
+        marker = Redis.from_url(REDIS_URL)
+        marker.echo(self.MARK)
+        marker.close()
+        self.thread.join(10)
+        self.client.close()
+
+
+def count_one_drain(sandbox: Sandbox, app: Any, profile: bool) -> dict[str, Any]:
+    """One drain in this process over SQL_BATCH messages of one identity: what it asks."""
+    import redis.connection
+    from sqlalchemy import event
+
+    from app.crypto import get_box
+    from app.db import get_db
+    from jobs.drain import Drain, ring_identity
+    from jobs.pacing import Pacer
+    from jobs.queues import drain_keys, get_queue, get_redis
+
+    db = get_db()
+    config = app.config["RATCHET"]
+    number = create_identity(db, sandbox, 99, **RATES)
+    ids = create_messages(db, number, SQL_BATCH, tag=2)
+    identity_id = number["identity_id"]
+    redis_client = get_redis()
+    if not ring_identity(identity_id, "campaign", config):
+        raise BenchBroke("could not ring a drain: Redis unreachable")
+    token = redis_client.get(drain_keys(identity_id, "campaign")[0])
+    if token is None:
+        raise BenchBroke("the drain's key was not set by its ring")
+    get_queue("campaign").empty()  # this process runs the drain, not a worker
+    pacer = Pacer(redis_client, config.pacing_burst, config.pacing_slowdown)
+    drainer = Drain(db, get_box(), config, redis_client, pacer, identity_id, "campaign")
+
+    statements: Counter[str] = Counter()
+    transactions: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        with lock:
+            statements[statement.lstrip().split(None, 1)[0].upper()] += 1
+
+    def on_tx(kind: str) -> Any:
+        def listener(conn: Any, *args: Any) -> None:
+            with lock:
+                transactions[kind] += 1
+
+        return listener
+
+    listeners = [
+        ("before_cursor_execute", on_execute),
+        ("begin", on_tx("BEGIN")),
+        ("commit", on_tx("COMMIT")),
+        ("rollback", on_tx("ROLLBACK")),
+    ]
+    pool_listeners = [("connect", on_tx("connect")), ("close", on_tx("close"))]
+    round_trips = Counter[str]()
+    original_send = redis.connection.Connection.send_packed_command
+
+    def counting_send(self: Any, command: Any, check_health: bool = True) -> Any:
+        round_trips["sent"] += 1
+        return original_send(self, command, check_health)
+
+    monitor = Monitor()
+    for name, listener in listeners:
+        event.listen(db.engine, name, listener)
+    for name, listener in pool_listeners:
+        event.listen(db.engine.pool, name, listener)
+    redis.connection.Connection.send_packed_command = counting_send  # type: ignore[method-assign]
+    profiler = cProfile.Profile() if profile else None
+    thread_profiles: list[cProfile.Profile] = []
+    if profile:
+        # cProfile sees one thread; the drain's provider calls and records run in a pool.
+        send = drainer._send
+
+        def profiled_send(prepared: Any) -> Any:
+            mine = cProfile.Profile()
+            try:
+                return mine.runcall(send, prepared)
+            finally:
+                with lock:
+                    thread_profiles.append(mine)
+
+        drainer._send = profiled_send  # type: ignore[method-assign]
+    cpu_before, wall_before = self_cpu(), time.monotonic()
+    try:
+        if profiler is not None:
+            profiler.enable()
+        summary = drainer.run(token.decode() if isinstance(token, bytes) else str(token))
+    finally:
+        if profiler is not None:
+            profiler.disable()
+        cpu_spent, wall_spent = self_cpu() - cpu_before, time.monotonic() - wall_before
+        redis.connection.Connection.send_packed_command = original_send  # type: ignore[method-assign]
+        for name, listener in listeners:
+            event.remove(db.engine, name, listener)
+        for name, listener in pool_listeners:
+            event.remove(db.engine.pool, name, listener)
+        monitor.stop()
+    get_queue("campaign").empty()
+    sent = count_status(db, ids, ("sent",))
+    if sent != len(ids):
+        raise BenchBroke(f"the in-process drain sent {sent} of {len(ids)}: {summary}")
+    return {
+        "summary": summary,
+        "statements": statements,
+        "transactions": transactions,
+        "redis": monitor.commands,
+        "lua": monitor.lua,
+        "round_trips": round_trips["sent"],
+        "messages": len(ids),
+        "cpu": cpu_spent,
+        "wall": wall_spent,
+        "profile": profiler,
+        "thread_profiles": thread_profiles,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=4000, help="Ratchet sends (default 4000)")
+    parser.add_argument("--jobs", type=int, default=5000, help="baseline no-op jobs (default 5000)")
+    parser.add_argument("--workers", type=int, default=2, help="processes on each side (2)")
+    parser.add_argument(
+        "--profile", action="store_true", help="also cProfile the in-process drain (step 4)"
+    )
+    args = parser.parse_args()
+    header("Ratchet send rate vs a no-op RQ baseline")
+    reset_services()
+    with managed() as processes:
+        print(f"logs: {processes.logs}")
+        sandbox = start_sandbox(processes, process_env())
+        app = make_app()
+        with app.app_context():
+            print(
+                f"\n[1] baseline: {args.jobs} no-op RQ jobs, {args.workers} x rq SimpleWorker "
+                "(--burst --with-scheduler), one queue"
+            )
+            base = baseline(processes, args.jobs, args.workers)
+            print(
+                f"  {base['rate']:8.1f} jobs/s   wall {base['wall']:.2f} s from starting the "
+                f"workers to the last job finished (workers exited at {base['exit']:.2f} s)"
+            )
+            print(
+                f"  {base['steady_rate']:8.1f} jobs/s   steady: first job started to last "
+                f"ended, {base['steady']:.2f} s"
+            )
+            print_cpu(base["cpu"], args.jobs, base["self_cpu"], unit="job")
+            print_machine(
+                base["machine"][0], base["machine"][1], sum(base["cpu"].values()) + base["self_cpu"]
+            )
+
+            print(
+                f"\n[2] Ratchet: {args.messages} messages over {IDENTITIES} identities, "
+                f"{args.workers} x `flask --app wsgi worker --lane campaign`, sandbox with no "
+                "webhooks and no rate limit, pacing 5000/5000/10000 per s"
+            )
+            run = ratchet(processes, sandbox, app, args.messages, args.workers)
+            print(
+                f"  {run['rate']:8.1f} msgs/s   wall {run['wall']:.2f} s from starting the "
+                "workers to every message `sent` (DB polled every 0.1 s)"
+            )
+            print(
+                f"  {run['steady_rate']:8.1f} msgs/s   steady: first to last sandbox receipt, "
+                f"{run['steady']:.2f} s"
+            )
+            ratio = run["rate"] / base["rate"]
+            steady_ratio = run["steady_rate"] / base["steady_rate"]
+            print(f"\n  ratio Ratchet / baseline (wall):   {ratio:5.2f}x")
+            print(f"  ratio Ratchet / baseline (steady): {steady_ratio:5.2f}x")
+            print(
+                "  "
+                + goal(
+                    f"Ratchet >= {GOAL_RATIO:g}x baseline (wall)",
+                    ratio >= GOAL_RATIO,
+                    f"{GOAL_RATIO - ratio:.2f}x (needs {GOAL_RATIO * base['rate']:.0f} msgs/s, "
+                    f"got {run['rate']:.0f})",
+                )
+            )
+            print(
+                f"  transactions committed per message (pg_stat_database, all processes, "
+                f"driver polls subtracted): {run['commits'] / run['sends']:.2f}"
+            )
+
+            print("\n[3] CPU split over the Ratchet run")
+            print_cpu(run["cpu"], run["sends"], run["self_cpu"])
+            print_machine(
+                run["machine"][0], run["machine"][1], sum(run["cpu"].values()) + run["self_cpu"]
+            )
+            print(
+                "  (postgres: the bench database's live backends and the shared background "
+                "processes; exited backends: every database's, counted when the postmaster "
+                "reaps them; redis: the whole server, shared with other databases)"
+            )
+
+            print(f"\n[4] one drain in-process, {SQL_BATCH} messages of one identity (counted)")
+            counted = count_one_drain(sandbox, app, args.profile)
+            n = counted["messages"]
+            stmts = counted["statements"]
+            tx = counted["transactions"]
+            print(f"  {counted['summary']}")
+            print(
+                f"  this process: {1000 * counted['cpu'] / n:.2f} ms CPU and "
+                f"{1000 * counted['wall'] / n:.2f} ms wall per message"
+                + (" (under cProfile: inflated)" if args.profile else "")
+                + " (Redis MONITOR and the statement counters on)"
+            )
+            print(
+                f"  SQL statements per message: {sum(stmts.values()) / n:.2f}  "
+                f"({', '.join(f'{k} {v / n:.2f}' for k, v in stmts.most_common())})"
+            )
+            print(
+                f"  transactions per message:   "
+                f"{', '.join(f'{k} {tx[k] / n:.2f}' for k in ('BEGIN', 'COMMIT', 'ROLLBACK'))}"
+            )
+            print(
+                f"  PostgreSQL connections opened / closed by the pool: {tx['connect']} / "
+                f"{tx['close']} for {n} messages (pool_size 5 vs RATCHET_DRAIN_CONCURRENCY "
+                f"{app.config['RATCHET'].drain_concurrency})"
+            )
+            redis_total = sum(counted["redis"].values())
+            print(
+                f"  Redis commands per message: {redis_total / n:.2f} from clients "
+                f"({', '.join(f'{k} {v / n:.2f}' for k, v in counted['redis'].most_common())}), "
+                f"{sum(counted['lua'].values()) / n:.2f} inside Lua; "
+                f"{counted['round_trips'] / n:.2f} round trips"
+            )
+            if counted["profile"] is not None:
+                print("\n  cProfile of that drain (this process, all threads), top by own time:")
+                out = io.StringIO()
+                stats = pstats.Stats(counted["profile"], stream=out)
+                for extra in counted["thread_profiles"]:
+                    stats.add(extra)
+                stats.sort_stats("tottime").print_stats(30)
+                stats.sort_stats("cumulative").print_stats(45)
+                print("\n".join("    " + line for line in out.getvalue().splitlines()))
+        app.extensions["ratchet.db"].engine.dispose()
+        broken = processes.tracebacks()
+        if broken:
+            print("\nTRACEBACKS in logs:\n" + "\n".join(broken))
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchBroke as exc:
+        print(f"\nBROKEN: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("\ninterrupted; every process started was stopped", file=sys.stderr)
+        sys.exit(130)
