@@ -480,7 +480,8 @@ def main() -> int:
             )
             print(
                 f"  PostgreSQL connections opened / closed by the pool: {tx['connect']} / "
-                f"{tx['close']} for {n} messages (pool_size 5 vs RATCHET_DRAIN_CONCURRENCY "
+                f"{tx['close']} for {n} messages (pool size "
+                f"{app.extensions['ratchet.db'].engine.pool.size()}, RATCHET_DRAIN_CONCURRENCY "
                 f"{app.config['RATCHET'].drain_concurrency})"
             )
             redis_total = sum(counted["redis"].values())
