@@ -32,7 +32,9 @@ from datetime import datetime, timedelta
 
 from flask import current_app
 from redis import Redis
+from redis.exceptions import RedisError
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from app.clock import utcnow
@@ -116,9 +118,11 @@ class Drain:
         started = self.monotonic()
         again: datetime | None = None
         now_again = False
+        why = "done"
         try:
             while True:
                 if not renew_drain(self.redis, self.identity_id, self.lane, token, self.lease_ms):
+                    # Taken over after our key expired: the new holder owns the dirty flag.
                     return self._summary("another drain holds this identity and lane now")
                 clear_dirty(self.redis, self.identity_id, self.lane)
                 step = self._step()
@@ -128,13 +132,25 @@ class Drain:
                 if self.monotonic() - started >= self.config.drain_slice:
                     now_again = True  # the slice is over: to the back of the queue
                     break
-        finally:
+        except (RedisError, SQLAlchemyError) as exc:
+            # Redis or the database went away mid-drain. Whatever was claimed stays leased
+            # and becomes due again when the lease expires; the sweeper rings the drain.
+            log.warning(
+                "drain %s/%s stopped: %s; the sweeper rings it again",
+                self.identity_id,
+                self.lane,
+                exc.__class__.__name__,
+            )
+            why = f"stopped: {exc.__class__.__name__}"
+        try:
             rung_meanwhile = release_drain(self.redis, self.identity_id, self.lane, token)
-        if now_again or rung_meanwhile:
-            ring_identity(self.identity_id, self.lane, self.config)
-        elif again is not None:
-            ring_identity(self.identity_id, self.lane, self.config, at=again)
-        return self._summary("done")
+            if now_again or rung_meanwhile:
+                ring_identity(self.identity_id, self.lane, self.config)
+            elif again is not None:
+                ring_identity(self.identity_id, self.lane, self.config, at=again)
+        except RedisError as exc:
+            log.warning("drain %s/%s could not release: %s", self.identity_id, self.lane, exc)
+        return self._summary(why)
 
     def _summary(self, why: str) -> str:
         counts = ", ".join(f"{n} {word}" for word, n in sorted(self.outcomes.items()))
@@ -175,7 +191,11 @@ class Drain:
         # 3. Claim and prepare in one transaction; call and record each concurrently.
         lease = timedelta(seconds=self.config.lease_seconds)
         with self.db.transaction() as session:
+            # Both clocks read together, the monotonic one first: the lease is stamped from
+            # `now`, and the pre-call check measures from `claimed_mono`, so a pause between
+            # the two readings can only shorten the time the check allows, never stretch it.
             claimed_mono = self.monotonic()
+            now = self.clock()
             claims = claim_batch(
                 session,
                 self.identity_id,
@@ -222,7 +242,14 @@ class Drain:
 
     def _send(self, prepared: Prepared) -> tuple[str, object]:
         def feedback(result: SendResult) -> None:
-            # 4. The provider's word on our pace.
+            # 4. The provider's word on our pace, after the outcome is recorded, and best
+            # effort: without Redis the pace is simply not adjusted this time.
+            try:
+                adjust(result)
+            except RedisError as exc:
+                log.warning("identity %s: pace not adjusted: %s", self.identity_id, exc)
+
+        def adjust(result: SendResult) -> None:
             code = result.error.code if result.error else None
             if result.failure is FailureClass.RATE_LIMITED and code in SLOW_DOWN_CODES:
                 factor = self.pacer.slow_down(self.identity_id)

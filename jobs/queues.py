@@ -74,11 +74,14 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+# Only the holder releases, and only the holder reads (and clears) the dirty flag: a drain
+# whose key expired and was taken over must not swallow a ring meant for the new holder.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  return redis.call('GETDEL', KEYS[2])
 end
-return 0
+return false
 """
 
 
@@ -129,8 +132,7 @@ def renew_drain(redis: Redis, identity_id: int, lane: str, token: str, lease_ms:
 def release_drain(redis: Redis, identity_id: int, lane: str, token: str) -> bool:
     """Give the claim up; True if something was rung meanwhile (the dirty flag was set)."""
     pending, dirty = drain_keys(identity_id, lane)
-    redis.eval(_RELEASE, 1, pending, token)
-    return bool(redis.getdel(dirty))
+    return bool(redis.eval(_RELEASE, 2, pending, dirty, token))
 
 
 def clear_dirty(redis: Redis, identity_id: int, lane: str) -> None:

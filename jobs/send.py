@@ -143,8 +143,10 @@ def send_one(
     lease = timedelta(seconds=config.lease_seconds)
     # 1. Claim (or record a verdict that is owed, or hold a sender that can never send).
     with db.transaction() as session:
-        now = clock()
+        # Monotonic first: a pause between the readings can only shorten the lease the
+        # pre-call check allows (see `Drain._step`).
         claimed_mono = monotonic()
+        now = clock()
         verdict = take_verdict(session, message_id, now)
         if verdict is not None and verdict.applied:
             return f"failed: {FailureClass.EXHAUSTED.value} (after the webhook grace)", None
@@ -278,13 +280,16 @@ def call_and_record(
     result = prepared.provider.send(
         prepared.credentials, prepared.outbound, timeout=config.provider_timeout
     )
-    if on_result is not None:
-        on_result(result)
 
-    # 3. Record.
+    # 3. Record, then let the caller react to the answer (a drain adjusts its pace).
     with db.transaction() as session:
         now = clock()
-        return record_outcome(session, config, claim, result, prepared.counts, now, prepared.lane)
+        recorded = record_outcome(
+            session, config, claim, result, prepared.counts, now, prepared.lane
+        )
+    if on_result is not None:
+        on_result(result)
+    return recorded
 
 
 def fits_in_lease(config: Config, claimed_mono: float, now_mono: float) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.lifecycle import Source, Status
+from app.lifecycle import Refusal, Source, Status
 from app.models import Attempt, Identity, Message
 from app.providers.classification import rank_of
 from app.repo.claims import Claim
@@ -214,7 +214,32 @@ def record_late_acceptance(
         .where(Message.id == claim.message_id)
         .with_for_update()
     ).first()
-    if row is None or row.cycle != claim.cycle:
+    if row is None:
+        return None
+    if row.cycle != claim.cycle:
+        # Requeued since: the acceptance still goes in its own cycle's log, and if the new
+        # cycle is at the provider too, the customer may have it twice: flagged.
+        append_event(
+            session,
+            message_id=claim.message_id,
+            cycle=claim.cycle,
+            source=Source.WORKER.value,
+            kind="accepted",
+            received_at=now,
+            applied=False,
+            to_status=Status.SENT.value,
+            refusal=Refusal.STALE.value,
+            detail={"provider_message_id": provider_message_id, "late": True},
+        )
+        if row.provider_message_id not in (None, provider_message_id):
+            record_double_send(
+                session,
+                claim.message_id,
+                row.cycle,
+                row.provider_message_id,
+                provider_message_id,
+                now,
+            )
         return None
     if row.provider_message_id not in (None, provider_message_id):
         record_double_send(
