@@ -22,4 +22,6 @@ def run_worker(lane: str, *, burst: bool = False) -> bool:
     """Work the lane's queue until SIGTERM (or, with `burst`, until it is empty)."""
     worker = SimpleWorker([get_queue(lane)], connection=get_redis())
     # The scheduler moves retries rung for a later time (`enqueue_at`) onto the queue.
-    return bool(worker.work(burst=burst, with_scheduler=True, logging_level="INFO"))
+    # RQ's own per-job lines at WARNING: the log a person reads is the drains' one line
+    # per send outcome (message, attempt, identity, lane, what happened).
+    return bool(worker.work(burst=burst, with_scheduler=True, logging_level="WARNING"))

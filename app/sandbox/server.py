@@ -179,6 +179,8 @@ def serve(host: str = "127.0.0.1", port: int = 0) -> None:
     """Run the sandbox until SIGTERM or SIGINT, then shut down cleanly."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # One line per webhook it posts would drown `make run`'s output: warnings only.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     stop = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
