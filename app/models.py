@@ -99,6 +99,9 @@ class Identity(Base):
     # was given to the old token, and must not pause the identity again.
     resumed_at: Mapped[datetime | None]
     credentials_changed_at: Mapped[datetime | None]
+    # Bumped with every new token or app secret, in the same UPDATE: an attempt knows which
+    # credentials it was sent with exactly, whatever the clocks say.
+    credentials_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime]
 
 

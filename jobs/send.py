@@ -125,6 +125,7 @@ class Prepared:
     lane: str
     recipient: str
     counts: tuple[int, int, bool]
+    credentials_version: int = 0  # of the token read for this call
 
 
 def send_one(
@@ -254,6 +255,7 @@ def prepare(
             message.rate_limited_attempts,
             message.had_unknown_outcome,
         ),
+        credentials_version=identity.credentials_version,
     )
 
 
@@ -285,7 +287,14 @@ def call_and_record(
     with db.transaction() as session:
         now = clock()
         recorded = record_outcome(
-            session, config, claim, result, prepared.counts, now, prepared.lane
+            session,
+            config,
+            claim,
+            result,
+            prepared.counts,
+            now,
+            prepared.lane,
+            credentials_version=prepared.credentials_version,
         )
     if on_result is not None:
         on_result(result)
@@ -338,6 +347,8 @@ def record_outcome(
     counts: tuple[int, int, bool],
     now: datetime,
     lane: str,
+    *,
+    credentials_version: int | None = None,
 ) -> tuple[str, tuple[str, datetime] | None]:
     unknown_attempts, rate_limited_attempts, had_unknown = counts
     error = result.error.to_dict() if result.error else None
@@ -422,7 +433,14 @@ def record_outcome(
         )
     if plan.step is Step.HOLD:
         reason = _reason(result)
-        hold = record_held(session, claim, now, error=error, reason=reason)
+        hold = record_held(
+            session,
+            claim,
+            now,
+            error=error,
+            reason=reason,
+            credentials_version=credentials_version,
+        )
         if hold is Hold.NOT_RECORDED:
             return _not_recorded(session, claim, failure), None
         if hold is Hold.STALE:

@@ -168,6 +168,7 @@ def update_identity(
     changed = list(values)
     if token is not None or app_secret is not None:
         values["credentials_changed_at"] = now
+        values["credentials_version"] = Identity.credentials_version + 1
     if values:
         session.execute(update(Identity).where(Identity.id == identity_id).values(**values))
     names = {
@@ -186,17 +187,25 @@ def pause_identity(
     now: datetime,
     *,
     unless_changed_since: datetime | None = None,
+    credentials_version: int | None = None,
 ) -> bool:
     """Pause an active identity; False if it was already paused (the first reason stays).
 
-    With `unless_changed_since` (an attempt's claim time), no pause if the identity was
-    resumed or given new credentials after it: checked in the UPDATE itself, so a resume
+    With `unless_changed_since` (an attempt's claim time) and `credentials_version` (the
+    credentials it was sent with), no pause if the identity was resumed after the claim or
+    given new credentials since: checked in the UPDATE itself, so a resume or an update
     committing at the same moment is either seen here or undoes this pause after it.
     """
     guard = [Identity.id == identity_id, Identity.paused_at.is_(None)]
     if unless_changed_since is not None:
-        for column in (Identity.resumed_at, Identity.credentials_changed_at):
-            guard.append(or_(column.is_(None), column <= unless_changed_since))
+        guard.append(
+            or_(Identity.resumed_at.is_(None), Identity.resumed_at <= unless_changed_since)
+        )
+        if credentials_version is None:
+            changed_at = Identity.credentials_changed_at
+            guard.append(or_(changed_at.is_(None), changed_at <= unless_changed_since))
+    if credentials_version is not None:
+        guard.append(Identity.credentials_version == credentials_version)
     changed = rows_changed(
         session,
         update(Identity).where(*guard).values(paused_at=now, paused_reason=reason),
@@ -215,10 +224,15 @@ def resume_identity(session: Session, identity_id: int, now: datetime) -> bool:
     return changed == 1
 
 
-def is_stale_for(identity: Identity, claimed_at: datetime) -> bool:
-    """An attempt claimed before the identity's last resume or credential change spoke
-    with what the operator has since replaced: its broken-sender answer is stale."""
-    return any(
-        moment is not None and moment > claimed_at
-        for moment in (identity.resumed_at, identity.credentials_changed_at)
-    )
+def is_stale_for(
+    identity: Identity, claimed_at: datetime, credentials_version: int | None = None
+) -> bool:
+    """An attempt claimed before the identity's last resume, or sent with credentials it
+    no longer has, spoke with what the operator has since replaced: its broken-sender
+    answer is stale. Without the version, the credential change's time decides."""
+    if identity.resumed_at is not None and identity.resumed_at > claimed_at:
+        return True
+    if credentials_version is not None:
+        return identity.credentials_version != credentials_version
+    changed_at = identity.credentials_changed_at
+    return changed_at is not None and changed_at > claimed_at

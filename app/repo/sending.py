@@ -371,6 +371,7 @@ def record_held(
     *,
     error: dict[str, Any] | None,
     reason: str,
+    credentials_version: int | None = None,
 ) -> Hold:
     """The sender is broken: pause its identity; the message waits with no next attempt.
 
@@ -379,10 +380,15 @@ def record_held(
     message is due again at once. The attempt is not counted either way.
     """
     paused = pause_identity(
-        session, claim.identity_id, reason, now, unless_changed_since=claim.claimed_at
+        session,
+        claim.identity_id,
+        reason,
+        now,
+        unless_changed_since=claim.claimed_at,
+        credentials_version=credentials_version,
     )
     identity = None if paused else get_identity(session, claim.identity_id)
-    if identity is not None and is_stale_for(identity, claim.claimed_at):
+    if identity is not None and is_stale_for(identity, claim.claimed_at, credentials_version):
         retried = rows_changed(
             session,
             update(Message)

@@ -135,3 +135,33 @@ def test_an_identity_of_a_provider_not_built_yet_holds_its_messages_with_that_re
         assert identity is not None and identity.paused_at is not None
         assert "cannot send through messenger yet" in (identity.paused_reason or "")
     assert attempts_of(db, message_id) == 0
+
+
+def test_a_token_update_committing_after_a_claim_read_the_old_token_makes_its_answer_stale(
+    db: Database,
+) -> None:
+    """The update's time is stamped before it commits, so it can be earlier than a claim
+    that still read the old token; the version the attempt was sent with decides."""
+    world = make_world(db)
+    message_id = make_message(db, world)
+    with db.transaction() as session:
+        claim = claim_message(session, message_id, at(5), LEASE)
+        assert claim is not None
+        identity = get_identity(session, world.identity_id)
+        assert identity is not None
+        sent_with = identity.credentials_version  # read with the token, in the claim
+    with db.transaction() as session:
+        update_identity(session, BOX, world.identity_id, token="the-new-token", now=at(1))
+    with db.transaction() as session:
+        hold = record_held(
+            session,
+            claim,
+            at(6),
+            error=ERROR_190,
+            reason="code 190",
+            credentials_version=sent_with,
+        )
+        assert hold is Hold.STALE
+        identity = get_identity(session, world.identity_id)
+        assert identity is not None and identity.paused_at is None
+        assert identity.credentials_version == sent_with + 1
