@@ -24,7 +24,6 @@ from app.clock import utcnow
 from app.config import Config
 from app.crypto import SecretBox, get_box
 from app.db import Database, get_db
-from app.lifecycle import Source
 from app.models import Identity, Message
 from app.providers import PROVIDERS, get_provider
 from app.providers.base import (
@@ -35,7 +34,7 @@ from app.providers.base import (
     SendResult,
 )
 from app.repo.claims import Claim, claim_message, due_again_at
-from app.repo.events import append_event
+from app.repo.events import note_worker_event
 from app.repo.identities import get_identity, pause_identity, reveal_secrets
 from app.repo.messages import get_message
 from app.repo.sending import (
@@ -321,15 +320,13 @@ def stand_down(db: Database, claim: Claim, config: Config, held_for: float, now:
         config.provider_timeout,
     )
     with db.transaction() as session:
-        append_event(
+        note_worker_event(
             session,
-            message_id=claim.message_id,
-            cycle=claim.cycle,
-            source=Source.WORKER.value,
-            kind="stood_down",
-            received_at=now,
-            applied=False,
-            detail={
+            claim.message_id,
+            claim.cycle,
+            "stood_down",
+            now,
+            {
                 "attempt": claim.attempt,
                 "why": "lease lapsed before the call",
                 "held_for_seconds": round(held_for, 3),
@@ -398,8 +395,10 @@ def record_outcome(
         retry_after=result.retry_after,
     )
     had_unknown = had_unknown or not result.outcome_known
-    if plan.step is Step.RETRY:
+    if plan.step in (Step.RETRY, Step.VERDICT):
+        # Stay `sending` until `plan.at`: then another attempt, or (at the cap) the verdict.
         assert plan.at is not None
+        verdict = plan.failure_class.value if plan.step is Step.VERDICT else None
         if not record_retry(
             session,
             claim,
@@ -409,26 +408,13 @@ def record_outcome(
             unknown_attempts=plan.unknown_attempts,
             rate_limited_attempts=plan.rate_limited_attempts,
             had_unknown=had_unknown,
+            verdict=verdict,
         ):
             return _not_recorded(session, claim, failure), None
-        return f"retry at {plan.at.isoformat()} ({failure.value})", (lane, plan.at)
-    if plan.step is Step.VERDICT:
-        assert plan.at is not None
-        if not record_retry(
-            session,
-            claim,
-            plan.at,
-            failure_class=failure.value,
-            error=error,
-            unknown_attempts=plan.unknown_attempts,
-            rate_limited_attempts=plan.rate_limited_attempts,
-            had_unknown=had_unknown,
-            verdict=plan.failure_class.value,
-        ):
-            return _not_recorded(session, claim, failure), None
+        if verdict is None:
+            return f"retry at {plan.at.isoformat()} ({failure.value})", (lane, plan.at)
         return (
-            f"{plan.failure_class.value} at {plan.at.isoformat()} unless a webhook answers "
-            f"({failure.value})",
+            f"{verdict} at {plan.at.isoformat()} unless a webhook answers ({failure.value})",
             (lane, plan.at),
         )
     if plan.step is Step.HOLD:

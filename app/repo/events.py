@@ -64,6 +64,27 @@ def append_event(
     )
 
 
+def note_worker_event(
+    session: Session,
+    message_id: int,
+    cycle: int,
+    kind: str,
+    now: datetime,
+    detail: dict[str, Any],
+) -> None:
+    """A worker's note on a message that moves nothing (held, stood down, a stale answer)."""
+    append_event(
+        session,
+        message_id=message_id,
+        cycle=cycle,
+        source="worker",
+        kind=kind,
+        received_at=now,
+        applied=False,
+        detail=detail,
+    )
+
+
 def list_events(session: Session, message_id: int) -> list[MessageEvent]:
     query = select(MessageEvent).where(MessageEvent.message_id == message_id)
     return list(session.scalars(query.order_by(MessageEvent.id)))

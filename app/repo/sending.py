@@ -17,7 +17,7 @@ from app.lifecycle import Refusal, Source, Status
 from app.models import Attempt, Identity, Message
 from app.providers.classification import rank_of
 from app.repo.claims import Claim
-from app.repo.events import append_event
+from app.repo.events import append_event, note_worker_event
 from app.repo.identities import get_identity, is_stale_for, pause_identity
 from app.repo.messages import Transition, apply_status
 from app.repo.sql import rows_changed
@@ -397,15 +397,13 @@ def record_held(
         )
         if retried != 1:
             return Hold.NOT_RECORDED
-        append_event(
+        note_worker_event(
             session,
-            message_id=claim.message_id,
-            cycle=claim.cycle,
-            source=Source.WORKER.value,
-            kind="stale_sender_broken",
-            received_at=now,
-            applied=False,
-            detail={
+            claim.message_id,
+            claim.cycle,
+            "stale_sender_broken",
+            now,
+            {
                 "reason": reason,
                 "error": error,
                 "why": "the identity was resumed or given new credentials after this attempt "
@@ -429,15 +427,8 @@ def record_held(
     )
     if not held:
         return Hold.NOT_RECORDED
-    append_event(
-        session,
-        message_id=claim.message_id,
-        cycle=claim.cycle,
-        source=Source.WORKER.value,
-        kind="held",
-        received_at=now,
-        applied=False,
-        detail={"reason": reason, "error": error},
+    note_worker_event(
+        session, claim.message_id, claim.cycle, "held", now, {"reason": reason, "error": error}
     )
     return Hold.HELD
 
