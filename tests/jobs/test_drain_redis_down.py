@@ -51,6 +51,10 @@ class Proxy:
                 continue
             upstream = socket.create_connection(self.target)
             self.sockets += [client, upstream]
+            if self.down:  # cut while this one was being accepted
+                client.close()
+                upstream.close()
+                continue
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
@@ -65,16 +69,15 @@ class Proxy:
             for s in (a, b):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+                s.close()
 
     def cut(self) -> None:
         self.down = True
         self.listener.close()
         for s in self.sockets:
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-                s.close()
-            except OSError:
-                pass
+            s.close()
 
 
 def test_redis_down_mid_batch_still_records_the_providers_answer_and_the_drain_stops_quietly(
@@ -128,6 +131,8 @@ def test_redis_down_mid_batch_still_records_the_providers_answer_and_the_drain_s
         time.sleep(0.02)
     proxy.cut()  # Redis is down from here on
     thread.join(20)
+    redis.close()
+    redis.connection_pool.disconnect()
 
     m = env.message(ids[1])
     with env.db.transaction() as session:

@@ -246,7 +246,8 @@ def test_a_rate_limit_storm_slows_the_identity_and_it_recovers(env: Env, tmp_pat
     number = env.number(rate_limit_mps=8, statuses=[])  # the provider allows 8/s; we are set to 30
     set_rates(env, number["identity_id"], reply=5, campaign=30, total=35)
     ids = enqueue(env, number, 200)
-    pacer = Pacer(Redis.from_url(env.config.redis_url))
+    watcher = Redis.from_url(env.config.redis_url)
+    pacer = Pacer(watcher)
     slowest = 1.0
     try:
         cluster.start(campaign=3, reply=0)
@@ -264,6 +265,7 @@ def test_a_rate_limit_storm_slows_the_identity_and_it_recovers(env: Env, tmp_pat
         states = Counter(session.scalars(select(Message.status).where(Message.id.in_(ids))).all())
     assert states["failed"] == 0  # every rate-limited attempt was retried and went
     wait_until(lambda: pacer.slowdown(number["identity_id"]) == 1.0, limit=10)  # recovered
+    watcher.close()
     per_message = Counter(a["to"] for a in env.accepted(number))
     assert max(per_message.values()) == 1
 
@@ -275,7 +277,8 @@ def test_a_redis_flush_mid_drain_loses_nothing(env: Env, cluster: Cluster) -> No
     ids = enqueue(env, number, 300)
     cluster.start(campaign=3, reply=0)
     wait_until(lambda: finished(env, ids) >= 80)
-    Redis.from_url(env.config.redis_url).flushdb()  # queues, drain keys, scheduled wakes
+    with Redis.from_url(env.config.redis_url) as redis:
+        redis.flushdb()  # queues, drain keys, scheduled wakes
     wait_until(lambda: finished(env, ids) == len(ids))
     per_message = Counter(a["to"] for a in env.accepted(number))
     assert len(per_message) == len(ids) and max(per_message.values()) == 1

@@ -113,6 +113,7 @@ def test_with_the_sweeper_off_every_retry_happens_and_none_before_its_time(env: 
             time.sleep(0.1)
     finally:
         scheduler.release_locks()
+        redis.close()
     env.settle(number)
     for message_id in ids:
         row = env.message(message_id)
