@@ -58,7 +58,6 @@ class Config:
     stuck_after: float = 60.0
     # The sweeper (docs/design.md section 2).
     sweep_interval: float = 2.0
-    rering_age: float = 30.0
     parked_max_age_days: int = 7
     parked_retry_window: float = 600.0
     # Request limits.
@@ -103,7 +102,6 @@ class Config:
             "pacing_slowdown": env_float(env, "RATCHET_PACING_SLOWDOWN", 60.0),
             "stuck_after": env_float(env, "RATCHET_STUCK_AFTER", 60.0),
             "sweep_interval": env_float(env, "RATCHET_SWEEP_INTERVAL", 2.0),
-            "rering_age": env_float(env, "RATCHET_RERING_AGE", 30.0),
         }
         config = cls(**values)
         if overrides:

@@ -57,7 +57,14 @@ from jobs.queues import (
     ring_drain,
     whole_second_after,
 )
-from jobs.send import Prepared, call_and_record, hold_unsendable, prepare, sender_problem
+from jobs.send import (
+    Prepared,
+    call_and_record,
+    credentials_for,
+    hold_unsendable,
+    prepare,
+    sender_problem,
+)
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +223,7 @@ class Drain:
                     .execution_options(populate_existing=True)
                 )
             }
+            credentials = credentials_for(self.box, identity)
             batch: list[Prepared] = []
             for claim in claims:
                 prepared = prepare(
@@ -228,6 +236,7 @@ class Drain:
                     now,
                     message=loaded[claim.message_id],
                     flush=False,
+                    credentials=credentials,
                 )
                 if isinstance(prepared, Prepared):
                     batch.append(prepared)

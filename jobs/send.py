@@ -186,12 +186,14 @@ def prepare(
     *,
     message: Message | None = None,
     flush: bool = True,
+    credentials: Credentials | None = None,
 ) -> Prepared | tuple[str, tuple[str, datetime] | None]:
     """Inside the claim's transaction: the attempt row and what the call needs, or the
     outcome already decided (a re-claim after an expired lease makes no call).
 
-    A drain passes the `message` it loaded with its batch, read after the claim, and
-    `flush=False` so the batch's attempt rows go in one INSERT."""
+    A drain passes the `message` it loaded with its batch, read after the claim,
+    `flush=False` so the batch's attempt rows go in one INSERT, and the identity's
+    `credentials`, decrypted once for the batch."""
     message = message or get_message(session, claim.message_id)
     assert message is not None
     if claim.lease_lost:
@@ -228,18 +230,11 @@ def prepare(
         )
     key = provider_key_for(message.id, message.provider_key_cycle, message.fingerprint)
     start_attempt(session, claim, key, now, flush=flush)
-    secrets = reveal_secrets(box, identity)
     return Prepared(
         claim=claim,
         claimed_mono=claimed_mono,
         provider=get_provider(identity.provider),
-        credentials=Credentials(
-            account_id=identity.account_id,
-            base_url=identity.base_url,
-            token=secrets.token,
-            app_secret=secrets.app_secret,
-            sender=identity.sender,
-        ),
+        credentials=credentials or credentials_for(box, identity),
         outbound=OutboundMessage(
             recipient=message.recipient,
             body_text=message.body_text,
@@ -255,6 +250,18 @@ def prepare(
             message.had_unknown_outcome,
         ),
         credentials_version=identity.credentials_version,
+    )
+
+
+def credentials_for(box: SecretBox, identity: Identity) -> Credentials:
+    """What a provider call needs of the identity, its secrets decrypted."""
+    secrets = reveal_secrets(box, identity)
+    return Credentials(
+        account_id=identity.account_id,
+        base_url=identity.base_url,
+        token=secrets.token,
+        app_secret=secrets.app_secret,
+        sender=identity.sender,
     )
 
 

@@ -15,15 +15,12 @@ from app.db import get_db
 @click.command("sweep")
 @click.option("--once", is_flag=True, help="one pass, then exit")
 def sweep_command(once: bool) -> None:
-    """Re-ring due messages, replay unapplied webhook statuses, expire old parked ones."""
+    """Ring drains with messages due, replay unapplied webhook statuses, expire old parked ones."""
     from jobs.sweep import run_sweeper
 
     config = current_app.config["RATCHET"]
     click.echo(
-        f"sweeper starting (every {config.sweep_interval:g} s, re-ring after "
-        f"{config.rering_age:g} s)"
-        if not once
-        else "sweeping once"
+        f"sweeper starting (every {config.sweep_interval:g} s)" if not once else "sweeping once"
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     passes = run_sweeper(get_db(), config, utcnow, once=once, report=click.echo)

@@ -3,48 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
 from app.models import Identity, Message
 from app.repo.claims import is_due
-from app.repo.sql import rows_changed
-
-
-def take_unrung_due(
-    session: Session, now: datetime, rering_age: timedelta, limit: int = 1000
-) -> list[tuple[int, str]]:
-    """Due messages of active identities not rung within `rering_age`; marks them rung now.
-
-    Returns (id, lane) to ring. Each is taken with its own compare-and-set on `rung_at`,
-    so two sweepers never ring the same row twice in one round.
-    """
-    candidates = session.execute(
-        select(Message.id, Message.lane, Message.rung_at)
-        .join(Identity, Identity.id == Message.identity_id)
-        .where(
-            is_due(now),
-            Identity.paused_at.is_(None),
-            or_(Message.rung_at.is_(None), Message.rung_at < now - rering_age),
-        )
-        .order_by(Message.id)
-        .limit(limit)
-    ).all()
-    taken = []
-    for row in candidates:
-        guard = Message.rung_at.is_(None) if row.rung_at is None else Message.rung_at == row.rung_at
-        if (
-            rows_changed(
-                session, update(Message).where(Message.id == row.id, guard).values(rung_at=now)
-            )
-            == 1
-        ):
-            taken.append((row.id, row.lane))
-    return taken
 
 
 def due_drains(session: Session, now: datetime, limit: int = 10_000) -> list[tuple[int, str]]:

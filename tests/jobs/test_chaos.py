@@ -71,7 +71,6 @@ def test_a_run_with_a_flushed_redis_and_a_killed_worker_loses_and_duplicates_not
         "RATCHET_PROVIDER_TIMEOUT": "3",
         "RATCHET_WEBHOOK_GRACE": "2",
         "RATCHET_SWEEP_INTERVAL": "0.5",
-        "RATCHET_RERING_AGE": "3",
     }
     workers = [
         start(f"worker{n}", ["worker", "--lane", "campaign"], process_env, tmp_path)

@@ -92,7 +92,7 @@ def test_requeue_is_refused_for_anything_not_failed(env: Env) -> None:
 def test_after_a_redis_flush_the_sweeper_alone_brings_every_message_to_an_end(
     env: Env,
 ) -> None:
-    config = dataclasses.replace(env.config, webhook_grace=0.3, rering_age=0.5)
+    config = dataclasses.replace(env.config, webhook_grace=0.3)
     env.app.config["RATCHET"] = config
     env.config = config
     number = env.number()
