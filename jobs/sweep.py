@@ -20,9 +20,9 @@ from types import FrameType
 
 from app.config import Config
 from app.db import Database
+from app.reconcile import apply_webhook_status
 from app.repo.inbox import expire_parked, pending_status_ids
 from app.repo.queue import due_drains
-from app.repo.webhooks import apply_webhook_status
 from jobs.drain import ring_identity
 
 log = logging.getLogger(__name__)

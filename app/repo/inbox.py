@@ -1,7 +1,7 @@
 """The webhook inbox: raw deliveries and their statuses, stored before anything is applied.
 
 Each status is stored once (its dedupe key: provider, identity, provider id, status), and
-stays unapplied until the reconciler (`app/repo/webhooks.py`) applies, refuses or parks it.
+stays unapplied until the reconciler (`app/reconcile.py`) applies, refuses or parks it.
 A status under a number we do not know (in a delivery another number's secret verified)
 has no identity: it is stored verbatim, already finished as `unmatched`, so nothing ever
 tries to match it to a message.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import Table, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.models import WebhookDelivery, WebhookStatus
@@ -58,6 +58,25 @@ class IncomingStatus:
         return f"{self.provider}:{scope}:{self.provider_message_id}:{self.status}"
 
 
+@dataclass(frozen=True, slots=True)
+class StoredStatus:
+    """A stored, not yet finished status, as the reconciler reads it: the row's values."""
+
+    id: int
+    identity_id: int | None
+    provider: str
+    provider_message_id: str | None
+    status: str
+    provider_time: datetime | None
+    correlation_id: str | None
+    dedupe_key: str
+    payload: dict[str, Any]
+
+
+_statuses = cast(Table, WebhookStatus.__table__)
+_deliveries = cast(Table, WebhookDelivery.__table__)
+
+
 def store_delivery(
     session: Session,
     provider: str,
@@ -66,12 +85,37 @@ def store_delivery(
     body: str,
     now: datetime,
 ) -> int:
-    delivery = WebhookDelivery(
-        provider=provider, identity_id=identity_id, headers=headers, body=body, received_at=now
+    return int(
+        session.execute(
+            _deliveries.insert()
+            .values(
+                provider=provider,
+                identity_id=identity_id,
+                headers=headers,
+                body=body,
+                received_at=now,
+            )
+            .returning(_deliveries.c.id)
+        ).scalar_one()
     )
-    session.add(delivery)
-    session.flush()
-    return delivery.id
+
+
+def load_status(session: Session, status_id: int) -> StoredStatus | None:
+    """A status still to apply (None if it does not exist or is finished)."""
+    row = session.execute(
+        select(
+            _statuses.c.id,
+            _statuses.c.identity_id,
+            _statuses.c.provider,
+            _statuses.c.provider_message_id,
+            _statuses.c.status,
+            _statuses.c.provider_time,
+            _statuses.c.correlation_id,
+            _statuses.c.dedupe_key,
+            _statuses.c.payload,
+        ).where(_statuses.c.id == status_id, _statuses.c.applied_at.is_(None))
+    ).first()
+    return None if row is None else StoredStatus(*row)
 
 
 def store_statuses(
@@ -81,33 +125,44 @@ def store_statuses(
     given) and how many were duplicates. New unmatched rows (no identity) are stored
     finished, so they are in neither: given - duplicates - len(ids) of them were stored.
     """
+    stored, duplicates = store_new_statuses(session, delivery_id, statuses, now)
+    return [status.id for status in stored], duplicates
+
+
+def store_new_statuses(
+    session: Session, delivery_id: int, statuses: list[IncomingStatus], now: datetime
+) -> tuple[list[StoredStatus], int]:
+    """`store_statuses`, returning the new rows to apply with their values, so the caller
+    can apply them without reading them back."""
     # One order for every delivery: two deliveries inserting the same keys in opposite
     # orders would each hold the unique-index entry the other waits for (a deadlock).
     order = sorted(range(len(statuses)), key=lambda i: statuses[i].dedupe_key)
-    new_ids: dict[int, int] = {}
+    new: dict[int, StoredStatus] = {}
     duplicates = 0
     for index in order:
         status = statuses[index]
         unmatched = status.identity_id is None
+        dedupe_key = status.dedupe_key
+        payload = {
+            "raw": status.raw,
+            "errors": list(status.errors),
+            "failure_class": status.failure_class,
+        }
         status_id = insert_ignoring_conflict(
             session,
-            WebhookStatus.__table__,
+            _statuses,
             {
                 "delivery_id": delivery_id,
                 "provider": status.provider,
                 "identity_id": status.identity_id,
                 "routing_id": status.routing_id,
-                "dedupe_key": status.dedupe_key,
+                "dedupe_key": dedupe_key,
                 "provider_message_id": status.provider_message_id,
                 "correlation_id": status.correlation_id,
                 "status": status.status,
                 "provider_time": status.provider_time,
                 "received_at": now,
-                "payload": {
-                    "raw": status.raw,
-                    "errors": list(status.errors),
-                    "failure_class": status.failure_class,
-                },
+                "payload": payload,
                 "tries": 0,
                 # Finished on arrival: the sweeper's replay and expiry skip it for good.
                 "applied_at": now if unmatched else None,
@@ -118,17 +173,28 @@ def store_statuses(
         if status_id is None:
             duplicates += 1
         elif not unmatched:
-            new_ids[index] = status_id
-    return [new_ids[index] for index in sorted(new_ids)], duplicates
+            new[index] = StoredStatus(
+                id=status_id,
+                identity_id=status.identity_id,
+                provider=status.provider,
+                provider_message_id=status.provider_message_id,
+                status=status.status,
+                provider_time=status.provider_time,
+                correlation_id=status.correlation_id,
+                dedupe_key=dedupe_key,
+                payload=payload,
+            )
+    return [new[index] for index in sorted(new)], duplicates
 
 
 def claim_status(session: Session, status_id: int) -> bool:
+    """Take an unfinished status for applying: of two appliers, one gets it."""
     return (
         rows_changed(
             session,
-            update(WebhookStatus)
-            .where(WebhookStatus.id == status_id, WebhookStatus.applied_at.is_(None))
-            .values(tries=WebhookStatus.tries + 1),
+            update(_statuses)
+            .where(_statuses.c.id == status_id, _statuses.c.applied_at.is_(None))
+            .values(tries=_statuses.c.tries + 1),
         )
         == 1
     )
@@ -142,8 +208,8 @@ def finish_status(
     message_id: int | None,
 ) -> None:
     session.execute(
-        update(WebhookStatus)
-        .where(WebhookStatus.id == status_id)
+        update(_statuses)
+        .where(_statuses.c.id == status_id)
         .values(applied_at=applied_at, result=result, message_id=message_id)
     )
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, literal, select, update
+from sqlalchemy import Table, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from app.correlation import make_correlation_id
@@ -24,6 +24,8 @@ from app.lifecycle import (
 from app.models import Attempt, Message, MessageEvent, WebhookStatus
 from app.repo.events import append_event
 from app.repo.sql import insert_ignoring_conflict, rows_changed
+
+_messages = cast(Table, Message.__table__)
 
 # A compare-and-set that lost a race is retried after re-reading; the state only moves
 # forward, so a handful of rounds always settles.
@@ -104,6 +106,21 @@ def apply_status(
         "actor": actor,
         "detail": detail,
     }
+    if known is not None and dedupe_key is not None:
+        return _apply_known(
+            session,
+            message_id,
+            target,
+            source,
+            known,
+            event,
+            dedupe_key,
+            stamp,
+            when,
+            cycle=cycle,
+            attempt=attempt,
+            extra_values=extra_values,
+        )
     event_id: int | None = None
     if dedupe_key is not None:
         # Deduplicated events go in first: the same status seen again stops here.
@@ -168,6 +185,78 @@ def apply_status(
         if state is None:
             return Transition(False, None, target, Refusal.NOT_ALLOWED)
     raise RuntimeError(f"message {message_id}: state kept changing under apply_status")
+
+
+def _apply_known(
+    session: Session,
+    message_id: int,
+    target: Status,
+    source: Source,
+    known: tuple[Status, int, int],
+    event: dict[str, Any],
+    dedupe_key: str,
+    stamp: str,
+    when: datetime,
+    *,
+    cycle: int | None,
+    attempt: int | None,
+    extra_values: dict[str, Any] | None,
+) -> Transition:
+    """`apply_status` for a state read under the row lock: the decision cannot change, so
+    it is made first and the event goes in once with its outcome (the reconciler's path).
+
+    1. Decide (the caller's fence first, then the state machine).
+    2. Insert the event with the outcome; the dedupe key already recorded: a duplicate,
+       nothing else happens.
+    3. Apply the move (one guarded UPDATE, which must change the locked row), or fill the
+       own timestamp of a late status.
+    """
+    current, current_cycle, current_attempt = known
+    stale = (cycle is not None and cycle != current_cycle) or (
+        attempt is not None and attempt != current_attempt
+    )
+    decision = (
+        Decision(False, current, target, Refusal.STALE)
+        if stale
+        else decide(source, current, target)
+    )
+    event_id = append_event(
+        session,
+        applied=decision.applies,
+        from_status=current.value,
+        refusal=decision.refusal.value if decision.refusal else None,
+        dedupe_key=dedupe_key,
+        **event,
+    )
+    if event_id is None:
+        return Transition(False, current, target, Refusal.SAME, duplicate=True)
+    if not decision.applies:
+        if decision.fills_own_timestamp:
+            _fill_timestamp(session, message_id, current_cycle, stamp, when)
+        return Transition(False, current, target, decision.refusal)
+    column = _messages.c[stamp]
+    guard = [
+        _messages.c.id == message_id,
+        _messages.c.status == current.value,
+        _messages.c.cycle == current_cycle,
+    ]
+    if attempt is not None:
+        guard.append(_messages.c.attempt == attempt)
+    changed = rows_changed(
+        session,
+        update(_messages)
+        .where(*guard)
+        .values(
+            status=target.value,
+            **{stamp: func.coalesce(column, literal(when, column.type))},
+            **(extra_values or {}),
+        ),
+    )
+    if changed != 1:
+        # The caller said it holds the row lock; a row that moved anyway is a bug, and
+        # rolling back (the status stays unapplied, the sweeper replays it) is the safe end.
+        raise RuntimeError(f"message {message_id} changed under its lock")
+    return Transition(True, current, target)
 
 
 def _fill_timestamp(

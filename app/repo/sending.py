@@ -16,12 +16,12 @@ from sqlalchemy.orm import Session
 from app.lifecycle import Refusal, Source, Status
 from app.models import Attempt, Identity, Message
 from app.providers.classification import rank_of
+from app.reconcile import apply_parked, record_double_send
 from app.repo.claims import Claim
 from app.repo.events import append_event, note_worker_event
 from app.repo.identities import get_identity, is_stale_for, pause_identity
 from app.repo.messages import Transition, apply_status
 from app.repo.sql import rows_changed
-from app.repo.webhooks import apply_parked, record_double_send
 
 
 def take_verdict(session: Session, message_id: int, now: datetime) -> Transition | None:

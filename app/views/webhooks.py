@@ -8,13 +8,14 @@ For each delivery:
    over the raw bytes with the secret of the identities that exist, and every one of them
    must share it. Otherwise 401, with one answer whether no number was known or the
    signature did not match, so the endpoint does not tell which numbers exist.
-3. The raw delivery and its statuses are committed first (duplicates dropped by key), and
-   inbound messages open their 24-hour windows. Statuses under numbers we do not know are
-   kept verbatim and unmatched (refusing them would make Meta resend the batch for ever,
-   and the known number's statuses would never apply). A signed delivery we cannot parse
-   is kept verbatim and acknowledged (202), so nothing is lost and Meta does not resend it.
+3. The raw delivery and its statuses are committed first, together (duplicates dropped by
+   key), and inbound messages open their 24-hour windows. Statuses under numbers we do not
+   know are kept verbatim and unmatched (refusing them would make Meta resend the batch for
+   ever, and the known number's statuses would never apply). A signed delivery we cannot
+   parse is kept verbatim and acknowledged (202), so nothing is lost and Meta does not
+   resend it.
 4. Each status is then applied in its own transaction; one that fails stays unapplied and
-   the sweeper replays it.
+   the sweeper replays it. Steps 3 and 4 are the reconciler's (`app/reconcile.py`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import logging
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
-from sqlalchemy.exc import DBAPIError
 
 from app.clock import utcnow
 from app.config import Config
@@ -33,11 +33,10 @@ from app.db import get_db
 from app.models import Identity
 from app.providers import get_provider
 from app.providers.base import Provider, WebhookBatch, WebhookFormatError
-from app.repo.identities import identities_with_verify_token, reveal_secrets
-from app.repo.inbox import IncomingStatus, Result, store_delivery, store_statuses
+from app.reconcile import InboundMessage, apply_recorded, record_delivery
+from app.repo.identities import identities_with_verify_token
+from app.repo.inbox import IncomingStatus
 from app.repo.routing import identities_by_routing_id
-from app.repo.webhooks import apply_webhook_status
-from app.repo.windows import open_window
 from app.views.body import BodyError, parse_json, read_body
 from app.views.errors import json_error
 
@@ -99,6 +98,12 @@ def receive(provider: Provider) -> ResponseReturnValue:
             f"a real one names at most {MAX_ROUTING_IDS}",
         )
 
+    try:
+        batch: WebhookBatch | None = provider.parse_webhook(payload)
+        not_understood = None
+    except WebhookFormatError as exc:
+        batch, not_understood = None, exc
+
     db = get_db()
     with db.transaction() as session:
         by_route = identities_by_routing_id(session, provider.name, routing_ids)
@@ -114,19 +119,39 @@ def receive(provider: Provider) -> ResponseReturnValue:
         if unknown:
             log.warning("%s webhook names unknown identities %s", provider.name, unknown)
         now = utcnow()
-        # The raw delivery commits on its own first: whatever follows, it is kept.
-        delivery_id = store_delivery(
-            session, provider.name, known[0].id, dict(request.headers), raw.decode("utf-8"), now
+        ids = {rid: identity.id for rid, identity in by_route.items()}
+        incoming: list[IncomingStatus] = []
+        unstorable = 0
+        inbound: list[InboundMessage] = []
+        if batch is not None:
+            incoming, unstorable = _storable(_incoming(provider, batch, ids))
+            inbound = [
+                InboundMessage(ids[item.routing_id], item.sender, item.provider_time)
+                for item in batch.inbound
+                if item.routing_id in ids and _fits(item.sender, WINDOW_RECIPIENT)
+            ]
+        # The raw delivery commits with its statuses, before any is applied; if the
+        # database refuses the statuses, the raw delivery is kept all the same.
+        recorded = record_delivery(
+            session,
+            provider=provider.name,
+            identity_id=known[0].id,
+            headers=dict(request.headers),
+            body=raw.decode("utf-8"),
+            now=now,
+            statuses=incoming,
+            inbound=inbound,
         )
-    try:
-        batch = provider.parse_webhook(payload)
-    except WebhookFormatError as exc:
+    delivery_id = recorded.delivery_id
+    if batch is None:
         # Signed by the provider but not a shape we know: kept verbatim for a person to
         # read, and acknowledged, since a non-2xx would only make it come back.
-        log.error("%s delivery %s kept but not understood: %s", provider.name, delivery_id, exc)
-        return jsonify(received=0, stored=delivery_id, error=f"not understood: {exc}"), 202
-    ids = {rid: identity.id for rid, identity in by_route.items()}
-    incoming, unstorable = _storable(_incoming(provider, batch, ids))
+        log.error(
+            "%s delivery %s kept but not understood: %s", provider.name, delivery_id, not_understood
+        )
+        return jsonify(
+            received=0, stored=delivery_id, error=f"not understood: {not_understood}"
+        ), 202
     if unstorable:
         log.error(
             "%s delivery %s: %d statuses with values no real one has (kept in the raw body)",
@@ -134,37 +159,16 @@ def receive(provider: Provider) -> ResponseReturnValue:
             delivery_id,
             unstorable,
         )
-    try:
-        with db.transaction() as session:
-            status_ids, duplicates = store_statuses(session, delivery_id, incoming, now)
-            # Sorted for the reason the statuses are: one lock order for every delivery.
-            inbound = sorted(
-                (
-                    item
-                    for item in batch.inbound
-                    if item.routing_id in ids and _fits(item.sender, WINDOW_RECIPIENT)
-                ),
-                key=lambda item: (ids[item.routing_id], item.sender),
-            )
-            for item in inbound:
-                open_window(session, ids[item.routing_id], item.sender, item.provider_time)
-    except DBAPIError as exc:
+    if not recorded.statuses_stored:
         # Signed, kept verbatim, but its statuses cannot be stored: a 2xx all the same, or
         # Meta would redeliver it for ever. A person reads it from the raw delivery.
-        log.error("%s delivery %s kept, statuses not stored: %s", provider.name, delivery_id, exc)
         return jsonify(received=0, stored=delivery_id, error="statuses could not be stored"), 202
-    unmatched = len(incoming) - duplicates - len(status_ids)
     for reported in batch.errors:
         log.warning("%s reported an error: %s", provider.name, reported.error.to_dict())
 
-    counts: dict[str, int] = {"duplicate": duplicates}
-    if unmatched:
-        counts[Result.UNMATCHED] = unmatched
+    counts = apply_recorded(db, recorded, now)
     if unstorable:
         counts["unstorable"] = unstorable
-    for status_id in status_ids:
-        result = _apply_one(status_id)
-        counts[result] = counts.get(result, 0) + 1
     return jsonify(received=len(batch.statuses), inbound=len(batch.inbound), results=counts)
 
 
@@ -190,7 +194,10 @@ def _storable(statuses: list[IncomingStatus]) -> tuple[list[IncomingStatus], int
 
 def _verified(provider: Provider, raw: bytes, identities: list[Identity]) -> bool:
     box = get_box()
-    secrets = [reveal_secrets(box, identity).app_secret or "" for identity in identities]
+    secrets = [
+        box.decrypt(identity.app_secret_encrypted) if identity.app_secret_encrypted else ""
+        for identity in identities
+    ]
     first = secrets[0]
     if not first or not provider.verify_signature(raw, dict(request.headers), first):
         return False
@@ -227,13 +234,3 @@ def _incoming(
             )
         )
     return statuses
-
-
-def _apply_one(status_id: int) -> str:
-    """Apply one status in its own transaction; a failure leaves it for the sweeper."""
-    try:
-        with get_db().transaction() as session:
-            return apply_webhook_status(session, status_id, utcnow())
-    except Exception:
-        log.exception("status %s could not be applied now; the sweeper will replay it", status_id)
-        return "unapplied"

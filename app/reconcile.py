@@ -1,0 +1,425 @@
+"""The reconciler: one provider status, from the webhook view to the state machine, in one file.
+
+Read it top-down; the steps come in the order DESIGN section 6 lists them.
+
+    record_delivery     the raw delivery, its statuses and inbound windows, one commit
+    apply_recorded      each status in its own transaction (a failure: the sweeper replays)
+      apply_stored_status
+        1. match        by provider id; by our correlation id; (by watermark); by an attempt
+        2. adopt        this cycle's provider id onto the message; two ids: a double send
+        3. claim        the status row, so two appliers cannot both apply it
+        4. park         no message yet (or none with an attempt in that cycle), or stale:
+                        an earlier cycle's id, recorded on its own cycle and not applied
+        5. apply        through the guard: `apply_status`, which asks `app/lifecycle.py`
+        6. record       the status row's result
+    apply_parked        the worker recording a provider id applies what arrived before it
+
+Every webhook view (WhatsApp today; Twilio, Messenger and Instagram next) verifies the
+delivery, turns its statuses into `IncomingStatus` values, and calls `record_delivery` in
+the transaction that found its identities, then `apply_recorded`. The sweeper replays
+unapplied statuses through `apply_webhook_status`.
+
+Lock order, everywhere: the message row first, then the status row. The worker that
+records a provider id holds the message row and then applies the parked statuses; a status
+matched here locks the message row (step 1) before claiming itself (step 3). So the two
+cannot deadlock, and with the sweeper retrying parked statuses, cannot miss each other.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from app.db import Database
+from app.lifecycle import PROVIDER_WORDS, Source, Status
+from app.providers.classification import rank_of
+from app.repo.events import append_event
+from app.repo.inbox import (
+    IncomingStatus,
+    Result,
+    StoredStatus,
+    claim_status,
+    finish_status,
+    load_status,
+    parked_status_ids,
+    store_delivery,
+    store_new_statuses,
+)
+from app.repo.matching import (
+    LockedMessage,
+    lock_message_by_attempt,
+    lock_message_by_provider_id,
+    lock_message_of_identity,
+    record_provider_id,
+)
+from app.repo.messages import Transition, apply_status, parse_correlation_id
+from app.repo.windows import open_window
+
+log = logging.getLogger(__name__)
+
+
+# The entry points for the webhook views --------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """A customer wrote in: it opens or extends their 24-hour window on that identity."""
+
+    identity_id: int
+    sender: str
+    provider_time: datetime
+
+
+@dataclass(slots=True)
+class Recorded:
+    """What `record_delivery` committed: the statuses to apply, and what it counted."""
+
+    delivery_id: int
+    to_apply: list[StoredStatus] = field(default_factory=list)
+    duplicates: int = 0
+    unmatched: int = 0  # under a number we do not know: stored finished
+    statuses_stored: bool = True  # False: the database refused them (the raw body is kept)
+
+
+def record_delivery(
+    session: Session,
+    *,
+    provider: str,
+    identity_id: int | None,
+    headers: dict[str, str],
+    body: str,
+    now: datetime,
+    statuses: Sequence[IncomingStatus] = (),
+    inbound: Iterable[InboundMessage] = (),
+) -> Recorded:
+    """Keep a verified delivery: the raw body, its statuses (unapplied, deduplicated by key)
+    and the windows its inbound messages open, committed with the caller's transaction.
+
+    The statuses and windows go in under a savepoint: if the database refuses them, the
+    raw delivery still commits (a person reads it there) and `statuses_stored` is False.
+    """
+    delivery_id = store_delivery(session, provider, identity_id, headers, body, now)
+    recorded = Recorded(delivery_id)
+    if not statuses and not inbound:
+        return recorded
+    try:
+        with session.begin_nested():
+            to_apply, duplicates = store_new_statuses(session, delivery_id, list(statuses), now)
+            # Sorted for the reason the statuses are: one lock order for every delivery.
+            for item in sorted(inbound, key=lambda item: (item.identity_id, item.sender)):
+                open_window(session, item.identity_id, item.sender, item.provider_time)
+    except DBAPIError as exc:
+        log.error("%s delivery %s kept, statuses not stored: %s", provider, delivery_id, exc)
+        recorded.statuses_stored = False
+        return recorded
+    recorded.to_apply = to_apply
+    recorded.duplicates = duplicates
+    recorded.unmatched = len(statuses) - duplicates - len(to_apply)
+    return recorded
+
+
+def apply_recorded(db: Database, recorded: Recorded, now: datetime) -> dict[str, int]:
+    """Apply each recorded status in its own transaction; counts by result.
+
+    A status that fails to apply stays unapplied (counted `unapplied`): the sweeper
+    replays it. Duplicates and unmatched statuses of the delivery are counted too.
+    """
+    counts: dict[str, int] = {Result.DUPLICATE: recorded.duplicates}
+    if recorded.unmatched:
+        counts[Result.UNMATCHED] = recorded.unmatched
+    for status in recorded.to_apply:
+        try:
+            with db.transaction() as session:
+                result = apply_stored_status(session, status, now)
+        except Exception:
+            log.exception(
+                "status %s could not be applied now; the sweeper will replay it", status.id
+            )
+            result = "unapplied"
+        counts[result] = counts.get(result, 0) + 1
+    return counts
+
+
+def apply_webhook_status(session: Session, status_id: int, now: datetime) -> str:
+    """Apply one stored status by its id (the sweeper's replay, the parked statuses)."""
+    status = load_status(session, status_id)
+    if status is None:
+        return Result.DUPLICATE  # gone, or finished by another applier
+    return apply_stored_status(session, status, now)
+
+
+# One status ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """The message a status applies to, locked, in the cycle the status belongs to."""
+
+    message: LockedMessage
+    cycle: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """The status names an earlier cycle of this message: recorded there, not applied."""
+
+    message_id: int
+
+
+def apply_stored_status(session: Session, status: StoredStatus, now: datetime) -> str:
+    """Match one stored status to its message and apply it; returns a `Result` word."""
+    if status.identity_id is None:
+        # A number we do not know: nothing of ours can match it (stored finished already;
+        # this covers a row from before they were).
+        if claim_status(session, status.id):
+            finish_status(session, status.id, now, Result.UNMATCHED, None)
+        return Result.UNMATCHED
+
+    found = match(session, status, now)  # 1 and 2: locks the message, adopts the id
+    if not claim_status(session, status.id):  # 3
+        return Result.DUPLICATE
+    if found is None:  # 4: parked, for the worker or the sweeper to apply later
+        finish_status(session, status.id, None, Result.PARKED, None)
+        return Result.PARKED
+    if isinstance(found, Stale):
+        finish_status(session, status.id, now, Result.STALE, found.message_id)
+        return Result.STALE
+    target = PROVIDER_WORDS.get(status.status)
+    if target is None:  # below `sent` (Twilio's queued, ...) or untracked: recorded only
+        finish_status(session, status.id, now, Result.IGNORED, found.message.id)
+        return Result.IGNORED
+    transition = apply_through_guard(session, status, found, target, now)  # 5
+    result = result_of(transition)
+    if transition.refusal is not None and transition.refusal.value == "late":
+        log.info(
+            "late %s for message %s (now %s): recorded, not applied",
+            target.value,
+            found.message.id,
+            transition.from_status,
+        )
+    finish_status(session, status.id, now, result, found.message.id)  # 6
+    return result
+
+
+# 1. Match ---------------------------------------------------------------------------
+
+
+def match(session: Session, status: StoredStatus, now: datetime) -> Match | Stale | None:
+    """The message this status is about, locked; None to park it.
+
+    a. By the provider's message id, within the delivering identity.
+    b. By our correlation id (the message id and cycle, keyed): this cycle's status
+       adopts its provider id; an earlier cycle's is stale; a cycle with no attempt yet
+       cannot have anything at the provider, so the status parks.
+    c. By watermark (Messenger, Instagram): see `match_by_watermark`.
+    d. By an attempt that recorded the provider id: an earlier cycle's (stale), or this
+       cycle's from an attempt whose lease was lost before it wrote the id (adopted).
+    """
+    assert status.identity_id is not None
+    if status.provider_message_id is not None:
+        message = lock_message_by_provider_id(
+            session, status.identity_id, status.provider_message_id
+        )
+        if message is not None:
+            return Match(message, message.cycle)
+
+    parsed = parse_correlation_id(session, status.correlation_id)
+    if parsed is not None:
+        message_id, cycle = parsed
+        # Locks the row: a worker recording the provider id right now finishes first.
+        message = lock_message_of_identity(session, message_id, status.identity_id)
+        if message is not None and cycle == message.cycle:
+            if message.attempt == 0:
+                # No attempt in this cycle: nothing of ours can be at the provider, so no
+                # provider can report on it. Parked: if an attempt later records this
+                # provider id, the status applies then.
+                return None
+            adopt(session, message, status, now)
+            return Match(message, cycle)
+        if message is not None and cycle < message.cycle:
+            record_stale(session, message, cycle, status, now)
+            return Stale(message.id)
+
+    if status.provider_message_id is None:
+        return None
+    by_attempt = lock_message_by_attempt(session, status.identity_id, status.provider_message_id)
+    if by_attempt is None:
+        return None
+    cycle, message = by_attempt
+    if cycle < message.cycle:
+        record_stale(session, message, cycle, status, now)
+        return Stale(message.id)
+    adopt(session, message, status, now)
+    return Match(message, cycle)
+
+
+def match_by_watermark(session: Session, status: StoredStatus) -> list[LockedMessage]:
+    """Step 1c, for Messenger's `message_deliveries` / `message_reads` (and Instagram's
+    `messaging_seen`) that carry no `mids`: not called yet, no provider reports them.
+
+    It will receive a status of the identity (the Page or Instagram account) naming the
+    thread's other end (the PSID / IGSID: our `recipient`) and Meta's watermark in
+    milliseconds, with no provider message id. It returns, locked, every message of that
+    thread whose send request started at or before the watermark plus a small tolerance
+    (`request_started_ms`; the index `ix_messages_thread` is for this), in this cycle and
+    with an attempt; each is then applied through the guard like a match by id (a
+    watermark never moves a message backwards, and never another thread's). Statuses with
+    `mids` are split by the view into one status per mid and match by id instead.
+    """
+    raise NotImplementedError("watermark matching arrives with the Messenger webhook")
+
+
+# 2. Adopt ---------------------------------------------------------------------------
+
+
+def adopt(session: Session, message: LockedMessage, status: StoredStatus, now: datetime) -> None:
+    """This cycle's status names a provider id: record it if none is known yet; a second,
+    different id for the same cycle means the provider holds the message twice."""
+    if status.provider_message_id is None:
+        return
+    if message.provider_message_id is None:
+        record_provider_id(session, message.id, message.cycle, status.provider_message_id)
+    elif message.provider_message_id != status.provider_message_id:
+        record_double_send(
+            session,
+            message.id,
+            message.cycle,
+            message.provider_message_id,
+            status.provider_message_id,
+            now,
+        )
+
+
+def record_double_send(
+    session: Session,
+    message_id: int,
+    cycle: int,
+    first_id: str | None,
+    second_id: str | None,
+    now: datetime,
+) -> None:
+    """Two provider ids for one correlation id and cycle: the provider has it twice."""
+    log.error(
+        "DOUBLE SEND: message %s cycle %s has provider ids %s and %s",
+        message_id,
+        cycle,
+        first_id,
+        second_id,
+    )
+    append_event(
+        session,
+        message_id=message_id,
+        cycle=cycle,
+        source=Source.WEBHOOK.value,
+        kind="double_send",
+        received_at=now,
+        applied=False,
+        detail={"provider_message_ids": [first_id, second_id]},
+        dedupe_key=f"double_send:{message_id}:{cycle}:{second_id}",
+    )
+
+
+# 4. Stale: recorded on the earlier cycle, never applied ------------------------------
+
+
+def record_stale(
+    session: Session, message: LockedMessage, cycle: int, status: StoredStatus, now: datetime
+) -> None:
+    """An earlier cycle's status: the guard's cycle fence refuses it, and the event log
+    keeps it on that cycle (a requeue reads it to see whether the provider holds a copy)."""
+    target = PROVIDER_WORDS.get(status.status)
+    if target is None:
+        return
+    apply_status(
+        session,
+        message.id,
+        target,
+        Source.WEBHOOK,
+        now,
+        provider_time=status.provider_time,
+        cycle=cycle,
+        dedupe_key=status.dedupe_key,
+        detail={
+            "provider_message_id": status.provider_message_id,
+            "status": status.status,
+            "why": "the provider id belongs to an earlier cycle",
+        },
+        known=message.state,
+    )
+
+
+# 5. Apply through the guard ---------------------------------------------------------
+
+
+def apply_through_guard(
+    session: Session, status: StoredStatus, found: Match, target: Status, now: datetime
+) -> Transition:
+    """One compare-and-set through the state machine, deduplicated by the status's key
+    (the same provider, provider id and status seen again adds no event)."""
+    payload = status.payload or {}
+    errors = payload.get("errors") or []
+    if target is Status.FAILED:
+        no_reason = {"provider": status.provider, "message": "failed, no reason given"}
+        last_error = errors[0] if errors else no_reason
+        failure_class = payload.get("failure_class") or "needs_human"
+        extra: dict[str, Any] = {
+            "last_error": last_error,
+            "failure_class": failure_class,
+            "dead_letter_rank": rank_of(status.provider, failure_class, last_error.get("code")),
+            "next_attempt_at": None,
+            "pending_verdict": None,
+            # The lease stays: a retry may still be in flight, and a requeue must wait for it.
+        }
+    else:
+        # The provider has it: no verdict is owed, and a retry's class no longer describes it.
+        extra = {"pending_verdict": None, "failure_class": None}
+    return apply_status(
+        session,
+        found.message.id,
+        target,
+        Source.WEBHOOK,
+        now,
+        provider_time=status.provider_time,
+        cycle=found.cycle,
+        kind=target.value,
+        detail={
+            "provider": status.provider,
+            "provider_message_id": status.provider_message_id,
+            "status": status.status,
+            "errors": errors,
+        },
+        dedupe_key=status.dedupe_key,
+        extra_values=extra,
+        known=found.message.state,
+    )
+
+
+# 6. Record --------------------------------------------------------------------------
+
+
+def result_of(transition: Transition) -> str:
+    if transition.duplicate:
+        return Result.DUPLICATE
+    return Result.APPLIED if transition.applied else Result.REFUSED
+
+
+# The worker's side: statuses that beat the send response ----------------------------
+
+
+def apply_parked(
+    session: Session, identity_id: int, provider_message_id: str, now: datetime
+) -> list[str]:
+    """Apply the statuses that arrived before the provider id was recorded.
+
+    Called in the transaction that records the id, so the two cannot miss each other.
+    """
+    return [
+        apply_webhook_status(session, status_id, now)
+        for status_id in parked_status_ids(session, identity_id, provider_message_id)
+    ]

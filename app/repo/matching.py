@@ -1,0 +1,117 @@
+"""The reconciler's lookups: which message a provider's status is about, found and locked.
+
+Small primitives for `app/reconcile.py`, which decides what to do with what they find.
+Each one locks the message row it returns (`FOR UPDATE`; SQLite's `BEGIN IMMEDIATE`
+serialises writers instead), so the state it reads cannot change before the caller acts,
+and the caller can hand that state straight to `apply_status(..., known=...)`.
+Plain Core statements on the tables: the hot path of every webhook, with no ORM objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, select, update
+from sqlalchemy.orm import Session
+
+from app.lifecycle import Status
+from app.models import Attempt, Message
+
+_messages = cast(Table, Message.__table__)
+_attempts = cast(Table, Attempt.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class LockedMessage:
+    """A message row as it is under our lock: who it is and where it stands."""
+
+    id: int
+    cycle: int
+    status: Status
+    attempt: int
+    provider_message_id: str | None
+
+    @property
+    def state(self) -> tuple[Status, int, int]:
+        """(status, cycle, attempt), the `known` state `apply_status` takes."""
+        return self.status, self.cycle, self.attempt
+
+
+_COLUMNS = (
+    _messages.c.id,
+    _messages.c.cycle,
+    _messages.c.status,
+    _messages.c.attempt,
+    _messages.c.provider_message_id,
+)
+
+
+def _locked(row: Sequence[Any]) -> LockedMessage:
+    message_id, cycle, status, attempt, provider_message_id = row
+    return LockedMessage(message_id, cycle, Status(status), attempt, provider_message_id)
+
+
+def lock_message_by_provider_id(
+    session: Session, identity_id: int, provider_message_id: str
+) -> LockedMessage | None:
+    """The identity's message the provider knows by this id (the current cycle's id)."""
+    row = session.execute(
+        select(*_COLUMNS)
+        .where(
+            _messages.c.identity_id == identity_id,
+            _messages.c.provider_message_id == provider_message_id,
+        )
+        .with_for_update()
+    ).first()
+    return None if row is None else _locked(row)
+
+
+def lock_message_of_identity(
+    session: Session, message_id: int, identity_id: int
+) -> LockedMessage | None:
+    """A message by our id, only if it belongs to this identity (never another tenant's)."""
+    row = session.execute(
+        select(*_COLUMNS)
+        .where(_messages.c.id == message_id, _messages.c.identity_id == identity_id)
+        .with_for_update()
+    ).first()
+    return None if row is None else _locked(row)
+
+
+def lock_message_by_attempt(
+    session: Session, identity_id: int, provider_message_id: str
+) -> tuple[int, LockedMessage] | None:
+    """(the attempt's cycle, its message) for a provider id only an attempt recorded: an
+    earlier cycle's, or this cycle's from an attempt whose lease was lost before it wrote
+    the id on the message. The latest cycle first."""
+    row = session.execute(
+        select(_attempts.c.cycle, *_COLUMNS)
+        .join(_messages, _messages.c.id == _attempts.c.message_id)
+        .where(
+            _attempts.c.provider_message_id == provider_message_id,
+            _messages.c.identity_id == identity_id,
+        )
+        .order_by(_attempts.c.cycle.desc())
+        .limit(1)
+        .with_for_update(of=_messages)
+    ).first()
+    if row is None:
+        return None
+    return row[0], _locked(row[1:])
+
+
+def record_provider_id(
+    session: Session, message_id: int, cycle: int, provider_message_id: str
+) -> None:
+    """Write the provider id on the message if this cycle has none yet (never overwrite)."""
+    session.execute(
+        update(_messages)
+        .where(
+            _messages.c.id == message_id,
+            _messages.c.cycle == cycle,
+            _messages.c.provider_message_id.is_(None),
+        )
+        .values(provider_message_id=provider_message_id)
+    )
