@@ -1,6 +1,7 @@
 """What both benchmarks share: the services, the processes they start, CPU accounting.
 
-Only the PostgreSQL database `bench` and Redis database 9 are touched. Every process is
+Only the PostgreSQL database `bench` and Redis database 9 are touched (unless the two
+BENCH_ variables below say otherwise). Every process is
 started in its own session (process group) and killed by group at the end, also on Ctrl-C
 or an exception.
 """
@@ -33,9 +34,11 @@ import httpx  # noqa: E402
 from redis import Redis  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
-PG_URL = "postgresql+psycopg://127.0.0.1:5432/bench"
-PG_DATABASE = "bench"
-REDIS_URL = "redis://127.0.0.1:6379/9"
+# BENCH_DATABASE_URL / BENCH_REDIS_URL point a run elsewhere (a database of its own when
+# several people share the machine); the defaults are the ones the README names.
+PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgresql+psycopg://127.0.0.1:5432/bench")
+PG_DATABASE = PG_URL.rsplit("/", 1)[1].split("?", 1)[0]
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
 SECRET_KEY = "bench-secret-key-not-for-production"
 SANDBOX_TOKEN = "bench-token"
 SANDBOX_SECRET = "bench-app-secret"

@@ -1,0 +1,541 @@
+"""Webhook rate: signed single-status WhatsApp deliveries through `/webhooks/whatsapp`, against
+a floor doing only the durable steps, in one run.
+
+1. Floor: `bench.webhook_floor:app` (commit the raw body; then one guarded UPDATE in its own
+   commit) under gunicorn.
+2. Ratchet: `wsgi:app` under the same gunicorn settings, each delivery a signed `delivered`
+   for a different `sent` message, so every one is applied.
+   Both are driven by another process on 127.0.0.1 (this script with `--drive`), with
+   `--concurrency` connections at once, one request each at a time; the bodies and their
+   signatures are built before the clock starts.
+3. SQL statements, transactions and connection checkouts per status, counted (not timed)
+   over deliveries posted in this process through Flask's test client, with the time each
+   took in this process (`--profile` adds cProfile's top functions).
+
+    .venv/bin/python bench/webhook_rate.py [--deliveries 3000] [--concurrency 4] [--profile]
+
+Uses the database and Redis of bench/common.py (BENCH_DATABASE_URL, BENCH_REDIS_URL).
+Exits non-zero only if something broke (a non-2xx, a status not applied, a traceback in a
+log); a missed goal is printed as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import http.client
+import io
+import json
+import os
+import pstats
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import (
+    SECRET_KEY,
+    BenchBroke,
+    Processes,
+    cpu_delta,
+    cpu_snapshot,
+    free_port,
+    goal,
+    header,
+    machine_ticks,
+    make_app,
+    managed,
+    percentile,
+    print_cpu,
+    print_machine,
+    process_env,
+    reset_services,
+    self_cpu,
+)
+
+PHONE_NUMBER_ID = "106540352242922"
+APP_SECRET = "bench-app-secret"
+GOAL_RATIO = 0.7
+WARMUP = 100
+IN_PROCESS = 200
+
+
+# The driver (a process of its own) ---------------------------------------------------
+
+
+def drive(port: int, bodies_path: Path, out_path: Path, concurrency: int) -> None:
+    """POST every prepared body, `concurrency` at a time; write latencies and codes."""
+    bodies = json.loads(bodies_path.read_text())
+    prepared = [(b["raw"].encode(), b["signature"]) for b in bodies]
+    latencies: list[float] = [0.0] * len(prepared)
+    codes: list[int] = [0] * len(prepared)
+    next_index = iter(range(len(prepared)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                index = next(next_index, None)
+            if index is None:
+                return
+            raw, signature = prepared[index]
+            started = time.perf_counter()
+            # A new connection per request: gunicorn's sync workers close after each answer.
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                connection.request(
+                    "POST",
+                    "/webhooks/whatsapp",
+                    body=raw,
+                    headers={
+                        "Content-Type": "application/json",
+                        "X-Hub-Signature-256": signature,
+                    },
+                )
+                response = connection.getresponse()
+                response.read()
+                codes[index] = response.status
+            finally:
+                connection.close()
+            latencies[index] = time.perf_counter() - started
+
+    threads = [threading.Thread(target=work) for _ in range(concurrency)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    times = os.times()
+    out_path.write_text(
+        json.dumps(
+            {
+                "wall": wall,
+                "latencies": latencies,
+                "codes": codes,
+                "cpu": times.user + times.system,
+            }
+        )
+    )
+
+
+# The world ---------------------------------------------------------------------------
+
+
+def create_world(db: Any) -> int:
+    """A tenant and its WhatsApp identity (signed with APP_SECRET); returns the identity id."""
+    from app.clock import utcnow
+    from app.crypto import SecretBox
+    from app.repo.identities import create_identity
+    from app.repo.tenants import create_tenant
+
+    now = utcnow()
+    with db.transaction() as session:
+        tenant, _ = create_tenant(session, "bench-webhooks", now)
+        identity = create_identity(
+            session,
+            SecretBox(SECRET_KEY),
+            tenant_id=tenant.id,
+            provider="whatsapp",
+            account_id=PHONE_NUMBER_ID,
+            base_url="http://127.0.0.1:9/v21.0",
+            token="bench-token",
+            app_secret=APP_SECRET,
+            now=now,
+        )
+        return int(identity.id)
+
+
+def create_sent_messages(db: Any, identity_id: int, tag: str, count: int) -> list[str]:
+    """`count` messages already `sent` (attempt 1) under provider ids `wamid.<tag>.<n>`."""
+    from sqlalchemy import text
+
+    with db.transaction() as session:
+        tenant_id = session.execute(
+            text("SELECT tenant_id FROM identities WHERE id = :i"), {"i": identity_id}
+        ).scalar_one()
+        session.execute(
+            text(
+                """
+                INSERT INTO messages (tenant_id, identity_id, recipient, lane, body_text,
+                    fingerprint, status, cycle, provider_key_cycle, attempt, unknown_attempts,
+                    rate_limited_attempts, had_unknown_outcome, provider_message_id,
+                    queued_at, sending_at, sent_at, created_at)
+                SELECT :tenant, :identity, '1555' || lpad(n::text, 7, '0'), 'campaign',
+                    'bench', md5(:tag || n::text) || md5(n::text), 'sent', 1, 1, 1, 0, 0,
+                    false, 'wamid.' || :tag || '.' || n, now(), now(), now(), now()
+                FROM generate_series(1, :count) AS n
+                """
+            ),
+            {"tenant": tenant_id, "identity": identity_id, "tag": tag, "count": count},
+        )
+    return [f"wamid.{tag}.{n}" for n in range(1, count + 1)]
+
+
+def signed_bodies(wamids: list[str]) -> list[dict[str, str]]:
+    """One signed single-status `delivered` delivery per provider id, shaped like Meta's."""
+    import hashlib
+    import hmac
+
+    bodies = []
+    at = str(int(time.time()))
+    for wamid in wamids:
+        body = {
+            "object": "whatsapp_business_account",
+            "entry": [
+                {
+                    "id": "102290129340398",
+                    "changes": [
+                        {
+                            "field": "messages",
+                            "value": {
+                                "messaging_product": "whatsapp",
+                                "metadata": {
+                                    "display_phone_number": "15550783881",
+                                    "phone_number_id": PHONE_NUMBER_ID,
+                                },
+                                "statuses": [
+                                    {
+                                        "id": wamid,
+                                        "status": "delivered",
+                                        "timestamp": at,
+                                        "recipient_id": "15551234567",
+                                        "conversation": {
+                                            "id": "6ceb9d929c3a3a6b6a7d2c1c2ba1b3c1",
+                                            "origin": {"type": "utility"},
+                                        },
+                                        "pricing": {
+                                            "billable": True,
+                                            "pricing_model": "PMP",
+                                            "category": "utility",
+                                            "type": "regular",
+                                        },
+                                    }
+                                ],
+                            },
+                        }
+                    ],
+                }
+            ],
+        }
+        raw = json.dumps(body, separators=(",", ":"))
+        digest = hmac.new(APP_SECRET.encode(), raw.encode(), hashlib.sha256).hexdigest()
+        bodies.append({"raw": raw, "signature": f"sha256={digest}"})
+    return bodies
+
+
+def count_delivered(db: Any, wamids: list[str]) -> int:
+    from sqlalchemy import func, select
+
+    from app.models import Message
+
+    with db.transaction() as session:
+        return int(
+            session.scalar(
+                select(func.count())
+                .select_from(Message)
+                .where(Message.provider_message_id.in_(wamids), Message.status == "delivered")
+            )
+            or 0
+        )
+
+
+# One side ----------------------------------------------------------------------------
+
+
+def wait_listening(port: int, process: Any, limit: float = 60) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise BenchBroke(f"gunicorn exited with {process.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise BenchBroke(f"gunicorn did not listen on {port} within {limit:.0f} s")
+
+
+def run_side(
+    processes: Processes,
+    name: str,
+    wsgi: str,
+    db: Any,
+    identity_id: int,
+    deliveries: int,
+    concurrency: int,
+    workers: int,
+) -> dict[str, Any]:
+    """Start gunicorn on `wsgi`, warm it up, drive `deliveries`, check every one applied."""
+    warm = create_sent_messages(db, identity_id, f"{name}warm", WARMUP)
+    wamids = create_sent_messages(db, identity_id, name, deliveries)
+    port = free_port()
+    gunicorn = processes.start(
+        name,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--no-control-socket",
+            wsgi,
+        ],
+        process_env(),
+    )
+    wait_listening(port, gunicorn)
+    folder = processes.logs
+    for phase, ids in (("warmup", warm), ("run", wamids)):
+        bodies_path = folder / f"{name}-{phase}-bodies.json"
+        out_path = folder / f"{name}-{phase}-out.json"
+        bodies_path.write_text(json.dumps(signed_bodies(ids)))
+        cpu_before = cpu_snapshot({"gunicorn": [gunicorn.pid]})
+        machine_before = machine_ticks()
+        self_before = self_cpu()
+        driver = processes.start(
+            f"{name}-driver-{phase}",
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--drive",
+                str(port),
+                "--bodies",
+                str(bodies_path),
+                "--out",
+                str(out_path),
+                "--concurrency",
+                str(concurrency),
+            ],
+            process_env(),
+        )
+        driver.wait()
+        if driver.returncode:
+            raise BenchBroke(f"the {name} driver exited with {driver.returncode}; see {folder}")
+        after = cpu_snapshot({"gunicorn": [gunicorn.pid]})
+        machine_after = machine_ticks()
+        self_spent = self_cpu() - self_before
+        out = json.loads(out_path.read_text())
+        bad = Counter(code for code in out["codes"] if not 200 <= code < 300)
+        if bad:
+            raise BenchBroke(f"{name}: answers other than 2xx: {dict(bad)}; logs in {folder}")
+        delivered = count_delivered(db, ids)
+        if delivered != len(ids):
+            raise BenchBroke(f"{name}: {delivered} of {len(ids)} messages moved to delivered")
+    processes.stop([name])
+    cpu = cpu_delta(cpu_before, after)
+    cpu["driver (another process)"] = out["cpu"]  # its own count: it has exited
+    latencies = out["latencies"]
+    return {
+        "rate": deliveries / out["wall"],
+        "wall": out["wall"],
+        "p50": percentile(latencies, 50),
+        "p99": percentile(latencies, 99),
+        "cpu": cpu,
+        "self_cpu": self_spent,
+        "machine": (machine_before, machine_after),
+    }
+
+
+# Counting, in this process -----------------------------------------------------------
+
+
+def count_in_process(app: Any, db: Any, identity_id: int, profile: bool) -> dict[str, Any]:
+    """Post IN_PROCESS signed deliveries through the test client, counting what they ask."""
+    from sqlalchemy import event
+
+    wamids = create_sent_messages(db, identity_id, "counted", IN_PROCESS)
+    bodies = signed_bodies(wamids)
+    client = app.test_client()
+    # One delivery first, uncounted: imports, the pool's first connection, statement caches.
+    warm = create_sent_messages(db, identity_id, "countwarm", 1)
+    for body in signed_bodies(warm):
+        client.post(
+            "/webhooks/whatsapp",
+            data=body["raw"],
+            headers={"Content-Type": "application/json", "X-Hub-Signature-256": body["signature"]},
+        )
+
+    statements: Counter[str] = Counter()
+    transactions: Counter[str] = Counter()
+
+    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements[statement.lstrip().split(None, 1)[0].upper()] += 1
+
+    def on(kind: str) -> Any:
+        def listener(*args: Any) -> None:
+            transactions[kind] += 1
+
+        return listener
+
+    engine = db.engine
+    listeners = [
+        (engine, "before_cursor_execute", on_execute),
+        (engine, "begin", on("BEGIN")),
+        (engine, "commit", on("COMMIT")),
+        (engine, "rollback", on("ROLLBACK")),
+        (engine.pool, "checkout", on("checkout")),
+    ]
+    for target, name, listener in listeners:
+        event.listen(target, name, listener)
+    profiler = cProfile.Profile() if profile else None
+    results: Counter[str] = Counter()
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    try:
+        if profiler is not None:
+            profiler.enable()
+        for body in bodies:
+            response = client.post(
+                "/webhooks/whatsapp",
+                data=body["raw"],
+                headers={
+                    "Content-Type": "application/json",
+                    "X-Hub-Signature-256": body["signature"],
+                },
+            )
+            if response.status_code != 200:
+                raise BenchBroke(f"in-process delivery answered {response.status_code}")
+            results.update(response.get_json()["results"])
+        if profiler is not None:
+            profiler.disable()
+    finally:
+        for target, name, listener in listeners:
+            event.remove(target, name, listener)
+    elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
+    if results.get("applied") != IN_PROCESS:
+        raise BenchBroke(f"in-process deliveries: {dict(results)}, not {IN_PROCESS} applied")
+    top = None
+    if profiler is not None:
+        buffer = io.StringIO()
+        pstats.Stats(profiler, stream=buffer).sort_stats("cumulative").print_stats(30)
+        top = buffer.getvalue()
+    return {
+        "statements": statements,
+        "transactions": transactions,
+        "elapsed": elapsed,
+        "cpu": cpu,
+        "profile": top,
+    }
+
+
+# Report ------------------------------------------------------------------------------
+
+
+def print_side(title: str, side: dict[str, Any], deliveries: int) -> None:
+    print(title)
+    print(
+        f"     {side['rate']:7.1f} deliveries/s   wall {side['wall']:.2f} s   "
+        f"latency p50 {1000 * side['p50']:.2f} ms, p99 {1000 * side['p99']:.2f} ms"
+    )
+    print_cpu(side["cpu"], deliveries, side["self_cpu"], unit="delivery")
+    print_machine(*side["machine"], sum(side["cpu"].values()) + side["self_cpu"])
+    print(flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--deliveries", type=int, default=3000, help="per side (default 3000)")
+    parser.add_argument("--concurrency", type=int, default=4, help="connections at once (4)")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers per side (2)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the in-process part")
+    parser.add_argument("--drive", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--bodies", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.drive:
+        drive(args.drive, args.bodies, args.out, args.concurrency)
+        return 0
+
+    header("webhook rate: signed WhatsApp deliveries against a two-commit floor")
+    reset_services()
+    app = make_app()
+    try:
+        with app.app_context(), managed() as processes:
+            from app.db import get_db
+
+            db = get_db()
+            identity_id = create_world(db)
+            settings = (
+                f"gunicorn --workers {args.workers} (sync), {args.concurrency} connections "
+                f"from a driver process, {args.deliveries} single-status deliveries"
+            )
+            floor = run_side(
+                processes,
+                "floor",
+                "bench.webhook_floor:app",
+                db,
+                identity_id,
+                args.deliveries,
+                args.concurrency,
+                args.workers,
+            )
+            print_side(
+                f"[1] floor: bench/webhook_floor.py (commit the raw body; one guarded UPDATE in "
+                f"its own commit), {settings}",
+                floor,
+                args.deliveries,
+            )
+            ratchet = run_side(
+                processes,
+                "ratchet",
+                "wsgi:app",
+                db,
+                identity_id,
+                args.deliveries,
+                args.concurrency,
+                args.workers,
+            )
+            print_side(
+                f"[2] Ratchet: POST /webhooks/whatsapp (signed, every status applied), {settings}",
+                ratchet,
+                args.deliveries,
+            )
+            counted = count_in_process(app, db, identity_id, args.profile)
+            broken = processes.tracebacks()
+            if broken:
+                raise BenchBroke("a traceback in a log:\n" + "\n".join(broken))
+    except BenchBroke as exc:
+        print(f"BROKE: {exc}", file=sys.stderr)
+        return 1
+
+    statements = counted["statements"]
+    transactions = counted["transactions"]
+    per = IN_PROCESS
+    print(f"[3] per status, counted over {per} deliveries in this process (Flask test client)")
+    total = sum(statements.values())
+    by_kind = ", ".join(f"{k} {v / per:.1f}" for k, v in sorted(statements.items()))
+    print(f"     SQL statements: {total / per:.1f} per status ({by_kind})")
+    print(
+        f"     transactions: {transactions['COMMIT'] / per:.1f} commits, "
+        f"{transactions['ROLLBACK'] / per:.1f} rollbacks, "
+        f"{transactions['checkout'] / per:.1f} pool checkouts (each a pre-ping) per status"
+    )
+    print("     floor: 2 SQL statements and 2 commits per status, by construction")
+    print(
+        f"     time per status in this process: {1000 * counted['elapsed'] / per:.2f} ms wall, "
+        f"{1000 * counted['cpu'] / per:.2f} ms CPU (Python, with the test client's share)"
+    )
+    if counted["profile"]:
+        print(counted["profile"])
+    print()
+    ratio = ratchet["rate"] / floor["rate"]
+    print(
+        f"ratio: Ratchet {ratchet['rate']:.1f} / floor {floor['rate']:.1f} deliveries/s = "
+        f"{ratio:.2f}x   (p50 {1000 * ratchet['p50']:.2f} vs {1000 * floor['p50']:.2f} ms, "
+        f"p99 {1000 * ratchet['p99']:.2f} vs {1000 * floor['p99']:.2f} ms)"
+    )
+    print(goal(f">= {GOAL_RATIO}x the floor", ratio >= GOAL_RATIO, f"{GOAL_RATIO - ratio:.2f}x"))
+    print("(one side-by-side run on a shared machine: see the machine lines for other load)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
