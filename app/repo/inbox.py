@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, or_, select, update
+from sqlalchemy import Table, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.models import WebhookDelivery, WebhookStatus
@@ -87,15 +87,14 @@ def store_delivery(
 ) -> int:
     return int(
         session.execute(
-            _deliveries.insert()
-            .values(
-                provider=provider,
-                identity_id=identity_id,
-                headers=headers,
-                body=body,
-                received_at=now,
-            )
-            .returning(_deliveries.c.id)
+            _INSERT_DELIVERY,
+            {
+                "provider": provider,
+                "identity_id": identity_id,
+                "headers": headers,
+                "body": body,
+                "received_at": now,
+            },
         ).scalar_one()
     )
 
@@ -187,17 +186,19 @@ def store_new_statuses(
     return [new[index] for index in sorted(new)], duplicates
 
 
+# Built once, with bound parameters: every status of every delivery runs them.
+_INSERT_DELIVERY = _deliveries.insert().returning(_deliveries.c.id)
+_CLAIM = (
+    update(_statuses)
+    .where(_statuses.c.id == bindparam("status_id"), _statuses.c.applied_at.is_(None))
+    .values(tries=_statuses.c.tries + 1)
+)
+_FINISH = update(_statuses).where(_statuses.c.id == bindparam("status_id"))
+
+
 def claim_status(session: Session, status_id: int) -> bool:
     """Take an unfinished status for applying: of two appliers, one gets it."""
-    return (
-        rows_changed(
-            session,
-            update(_statuses)
-            .where(_statuses.c.id == status_id, _statuses.c.applied_at.is_(None))
-            .values(tries=_statuses.c.tries + 1),
-        )
-        == 1
-    )
+    return rows_changed(session, _CLAIM, {"status_id": status_id}) == 1
 
 
 def finish_status(
@@ -208,9 +209,13 @@ def finish_status(
     message_id: int | None,
 ) -> None:
     session.execute(
-        update(_statuses)
-        .where(_statuses.c.id == status_id)
-        .values(applied_at=applied_at, result=result, message_id=message_id)
+        _FINISH,
+        {
+            "status_id": status_id,
+            "applied_at": applied_at,
+            "result": result,
+            "message_id": message_id,
+        },
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
@@ -53,17 +53,39 @@ def _locked(row: Sequence[Any]) -> LockedMessage:
     return LockedMessage(message_id, cycle, Status(status), attempt, provider_message_id)
 
 
+def _select_locked(*where: Any) -> Any:
+    return select(*_COLUMNS).where(*where).with_for_update()
+
+
+# Built once, with bound parameters: the webhook's hot path runs them for every status.
+_BY_PROVIDER_ID = _select_locked(
+    _messages.c.identity_id == bindparam("identity_id_"),
+    _messages.c.provider_message_id == bindparam("provider_message_id_"),
+)
+_OF_IDENTITY = _select_locked(
+    _messages.c.id == bindparam("message_id_"),
+    _messages.c.identity_id == bindparam("identity_id_"),
+)
+_BY_ATTEMPT = (
+    select(_attempts.c.cycle, *_COLUMNS)
+    .join(_messages, _messages.c.id == _attempts.c.message_id)
+    .where(
+        _attempts.c.provider_message_id == bindparam("provider_message_id_"),
+        _messages.c.identity_id == bindparam("identity_id_"),
+    )
+    .order_by(_attempts.c.cycle.desc())
+    .limit(1)
+    .with_for_update(of=_messages)
+)
+
+
 def lock_message_by_provider_id(
     session: Session, identity_id: int, provider_message_id: str
 ) -> LockedMessage | None:
     """The identity's message the provider knows by this id (the current cycle's id)."""
     row = session.execute(
-        select(*_COLUMNS)
-        .where(
-            _messages.c.identity_id == identity_id,
-            _messages.c.provider_message_id == provider_message_id,
-        )
-        .with_for_update()
+        _BY_PROVIDER_ID,
+        {"identity_id_": identity_id, "provider_message_id_": provider_message_id},
     ).first()
     return None if row is None else _locked(row)
 
@@ -73,9 +95,7 @@ def lock_message_of_identity(
 ) -> LockedMessage | None:
     """A message by our id, only if it belongs to this identity (never another tenant's)."""
     row = session.execute(
-        select(*_COLUMNS)
-        .where(_messages.c.id == message_id, _messages.c.identity_id == identity_id)
-        .with_for_update()
+        _OF_IDENTITY, {"message_id_": message_id, "identity_id_": identity_id}
     ).first()
     return None if row is None else _locked(row)
 
@@ -87,15 +107,7 @@ def lock_message_by_attempt(
     earlier cycle's, or this cycle's from an attempt whose lease was lost before it wrote
     the id on the message. The latest cycle first."""
     row = session.execute(
-        select(_attempts.c.cycle, *_COLUMNS)
-        .join(_messages, _messages.c.id == _attempts.c.message_id)
-        .where(
-            _attempts.c.provider_message_id == provider_message_id,
-            _messages.c.identity_id == identity_id,
-        )
-        .order_by(_attempts.c.cycle.desc())
-        .limit(1)
-        .with_for_update(of=_messages)
+        _BY_ATTEMPT, {"identity_id_": identity_id, "provider_message_id_": provider_message_id}
     ).first()
     if row is None:
         return None

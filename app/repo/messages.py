@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, func, literal, select, update
+from sqlalchemy import Table, bindparam, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from app.correlation import make_correlation_id
@@ -234,29 +234,56 @@ def _apply_known(
         if decision.fills_own_timestamp:
             _fill_timestamp(session, message_id, current_cycle, stamp, when)
         return Transition(False, current, target, decision.refusal)
-    column = _messages.c[stamp]
-    guard = [
-        _messages.c.id == message_id,
-        _messages.c.status == current.value,
-        _messages.c.cycle == current_cycle,
-    ]
+    extra = extra_values or {}
+    params = {f"v_{name}": value for name, value in extra.items()}
+    params.update(
+        g_id=message_id,
+        g_status=current.value,
+        g_cycle=current_cycle,
+        to_status=target.value,
+        when=when,
+    )
     if attempt is not None:
-        guard.append(_messages.c.attempt == attempt)
+        params["g_attempt"] = attempt
     changed = rows_changed(
-        session,
-        update(_messages)
-        .where(*guard)
-        .values(
-            status=target.value,
-            **{stamp: func.coalesce(column, literal(when, column.type))},
-            **(extra_values or {}),
-        ),
+        session, _guarded_update(stamp, tuple(extra), attempt is not None), params
     )
     if changed != 1:
         # The caller said it holds the row lock; a row that moved anyway is a bug, and
         # rolling back (the status stays unapplied, the sweeper replays it) is the safe end.
         raise RuntimeError(f"message {message_id} changed under its lock")
     return Transition(True, current, target)
+
+
+# (timestamp column, extra columns, fenced on the attempt) -> the guarded UPDATE.
+_GUARDED: dict[tuple[str, tuple[str, ...], bool], Any] = {}
+
+
+def _guarded_update(stamp: str, extra: tuple[str, ...], fence_attempt: bool) -> Any:
+    """`UPDATE messages SET status, <stamp> (if empty), <extra> WHERE id AND status AND
+    cycle [AND attempt]`, with bound parameters, built once per shape: building it per
+    status cost more CPU than its round trip."""
+    key = (stamp, extra, fence_attempt)
+    statement = _GUARDED.get(key)
+    if statement is None:
+        column = _messages.c[stamp]
+        guard = [
+            _messages.c.id == bindparam("g_id"),
+            _messages.c.status == bindparam("g_status"),
+            _messages.c.cycle == bindparam("g_cycle"),
+        ]
+        if fence_attempt:
+            guard.append(_messages.c.attempt == bindparam("g_attempt"))
+        values: dict[str, Any] = {
+            "status": bindparam("to_status"),
+            stamp: func.coalesce(column, bindparam("when", type_=column.type)),
+        }
+        values.update(
+            {name: bindparam(f"v_{name}", type_=_messages.c[name].type) for name in extra}
+        )
+        statement = update(_messages).where(*guard).values(values)
+        _GUARDED[key] = statement
+    return statement
 
 
 def _fill_timestamp(

@@ -7,12 +7,18 @@ database (a NUL cannot be sent to PostgreSQL as text at all).
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from app.models import Identity
 
 ACCOUNT_ID_LENGTH = 100  # identities.account_id is String(100)
+
+# Built once (every webhook delivery runs it), the ids as one expanding parameter.
+_BY_ACCOUNT_IDS = select(Identity).where(
+    Identity.provider == bindparam("provider_"),
+    Identity.account_id.in_(bindparam("account_ids", expanding=True)),
+)
 
 
 def identities_by_routing_id(
@@ -25,9 +31,7 @@ def identities_by_routing_id(
     found = {
         identity.account_id: identity
         for identity in session.scalars(
-            select(Identity).where(
-                Identity.provider == provider, Identity.account_id.in_(candidates)
-            )
+            _BY_ACCOUNT_IDS, {"provider_": provider, "account_ids": candidates}
         )
     }
     return {rid: found[rid] for rid in routing_ids if rid in found}
