@@ -78,13 +78,17 @@ class InboundMessage:
 
 @dataclass(slots=True)
 class Recorded:
-    """What `record_delivery` committed: the statuses to apply, and what it counted."""
+    """What `record_delivery` stored: the statuses to apply, and what it counted."""
 
     delivery_id: int
     to_apply: list[StoredStatus] = field(default_factory=list)
     duplicates: int = 0
     unmatched: int = 0  # under a number we do not know: stored finished
-    statuses_stored: bool = True  # False: the database refused them (the raw body is kept)
+
+
+class StatusesRefusedError(Exception):
+    """The database refused a delivery's statuses: the caller's transaction is spoiled.
+    Roll it back and keep the raw delivery alone (`record_delivery` with no statuses)."""
 
 
 def record_delivery(
@@ -101,23 +105,22 @@ def record_delivery(
     """Keep a verified delivery: the raw body, its statuses (unapplied, deduplicated by key)
     and the windows its inbound messages open, committed with the caller's transaction.
 
-    The statuses and windows go in under a savepoint: if the database refuses them, the
-    raw delivery still commits (a person reads it there) and `statuses_stored` is False.
+    If the database refuses the statuses (a value no real provider sends), this raises
+    `StatusesRefusedError`: the caller rolls back and stores the raw delivery on its own,
+    so it is kept either way. (Optimistic, instead of a savepoint around the statuses: the
+    savepoint cost every delivery two statements to cover what almost never happens.)
     """
     delivery_id = store_delivery(session, provider, identity_id, headers, body, now)
     recorded = Recorded(delivery_id)
     if not statuses and not inbound:
         return recorded
     try:
-        with session.begin_nested():
-            to_apply, duplicates = store_new_statuses(session, delivery_id, list(statuses), now)
-            # Sorted for the reason the statuses are: one lock order for every delivery.
-            for item in sorted(inbound, key=lambda item: (item.identity_id, item.sender)):
-                open_window(session, item.identity_id, item.sender, item.provider_time)
+        to_apply, duplicates = store_new_statuses(session, delivery_id, list(statuses), now)
+        # Sorted for the reason the statuses are: one lock order for every delivery.
+        for item in sorted(inbound, key=lambda item: (item.identity_id, item.sender)):
+            open_window(session, item.identity_id, item.sender, item.provider_time)
     except DBAPIError as exc:
-        log.error("%s delivery %s kept, statuses not stored: %s", provider, delivery_id, exc)
-        recorded.statuses_stored = False
-        return recorded
+        raise StatusesRefusedError(str(exc.orig) if exc.orig else str(exc)) from exc
     recorded.to_apply = to_apply
     recorded.duplicates = duplicates
     recorded.unmatched = len(statuses) - duplicates - len(to_apply)

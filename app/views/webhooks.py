@@ -33,7 +33,7 @@ from app.db import get_db
 from app.models import Identity
 from app.providers import get_provider
 from app.providers.base import Provider, WebhookBatch, WebhookFormatError
-from app.reconcile import InboundMessage, apply_recorded, record_delivery
+from app.reconcile import InboundMessage, StatusesRefusedError, apply_recorded, record_delivery
 from app.repo.identities import identities_with_verify_token
 from app.repo.inbox import IncomingStatus
 from app.repo.routing import identities_by_routing_id
@@ -105,43 +105,64 @@ def receive(provider: Provider) -> ResponseReturnValue:
         batch, not_understood = None, exc
 
     db = get_db()
-    with db.transaction() as session:
-        by_route = identities_by_routing_id(session, provider.name, routing_ids)
-        known = list(by_route.values())
-        if not known or not _verified(provider, raw, known):
-            log.warning(
-                "%s webhook refused: %s",
-                provider.name,
-                "no known identity named" if not known else "the signature does not match",
+    headers = dict(request.headers)
+    body = raw.decode("utf-8")
+    try:
+        with db.transaction() as session:
+            by_route = identities_by_routing_id(session, provider.name, routing_ids)
+            known = list(by_route.values())
+            if not known or not _verified(provider, raw, known):
+                log.warning(
+                    "%s webhook refused: %s",
+                    provider.name,
+                    "no known identity named" if not known else "the signature does not match",
+                )
+                return json_error(401, UNVERIFIED)
+            unknown = [rid for rid in routing_ids if rid not in by_route]
+            if unknown:
+                log.warning("%s webhook names unknown identities %s", provider.name, unknown)
+            now = utcnow()
+            ids = {rid: identity.id for rid, identity in by_route.items()}
+            incoming: list[IncomingStatus] = []
+            unstorable = 0
+            inbound: list[InboundMessage] = []
+            if batch is not None:
+                incoming, unstorable = _storable(_incoming(provider, batch, ids))
+                inbound = [
+                    InboundMessage(ids[item.routing_id], item.sender, item.provider_time)
+                    for item in batch.inbound
+                    if item.routing_id in ids and _fits(item.sender, WINDOW_RECIPIENT)
+                ]
+            # The raw delivery commits with its statuses, before any is applied.
+            recorded = record_delivery(
+                session,
+                provider=provider.name,
+                identity_id=known[0].id,
+                headers=headers,
+                body=body,
+                now=now,
+                statuses=incoming,
+                inbound=inbound,
             )
-            return json_error(401, UNVERIFIED)
-        unknown = [rid for rid in routing_ids if rid not in by_route]
-        if unknown:
-            log.warning("%s webhook names unknown identities %s", provider.name, unknown)
-        now = utcnow()
-        ids = {rid: identity.id for rid, identity in by_route.items()}
-        incoming: list[IncomingStatus] = []
-        unstorable = 0
-        inbound: list[InboundMessage] = []
-        if batch is not None:
-            incoming, unstorable = _storable(_incoming(provider, batch, ids))
-            inbound = [
-                InboundMessage(ids[item.routing_id], item.sender, item.provider_time)
-                for item in batch.inbound
-                if item.routing_id in ids and _fits(item.sender, WINDOW_RECIPIENT)
-            ]
-        # The raw delivery commits with its statuses, before any is applied; if the
-        # database refuses the statuses, the raw delivery is kept all the same.
-        recorded = record_delivery(
-            session,
-            provider=provider.name,
-            identity_id=known[0].id,
-            headers=dict(request.headers),
-            body=raw.decode("utf-8"),
-            now=now,
-            statuses=incoming,
-            inbound=inbound,
+    except StatusesRefusedError as exc:
+        # Signed, but the database refuses its statuses: the raw delivery is kept on its
+        # own, and a 2xx all the same, or Meta would redeliver it for ever. A person reads
+        # it from the raw delivery.
+        with db.transaction() as session:
+            kept = record_delivery(
+                session,
+                provider=provider.name,
+                identity_id=known[0].id,
+                headers=headers,
+                body=body,
+                now=now,
+            )
+        log.error(
+            "%s delivery %s kept, statuses not stored: %s", provider.name, kept.delivery_id, exc
         )
+        return jsonify(
+            received=0, stored=kept.delivery_id, error="statuses could not be stored"
+        ), 202
     delivery_id = recorded.delivery_id
     if batch is None:
         # Signed by the provider but not a shape we know: kept verbatim for a person to
@@ -159,10 +180,6 @@ def receive(provider: Provider) -> ResponseReturnValue:
             delivery_id,
             unstorable,
         )
-    if not recorded.statuses_stored:
-        # Signed, kept verbatim, but its statuses cannot be stored: a 2xx all the same, or
-        # Meta would redeliver it for ever. A person reads it from the raw delivery.
-        return jsonify(received=0, stored=delivery_id, error="statuses could not be stored"), 202
     for reported in batch.errors:
         log.warning("%s reported an error: %s", provider.name, reported.error.to_dict())
 
