@@ -7,7 +7,8 @@ Read it top-down; the steps come in the order DESIGN section 6 lists them.
       apply_stored_status
         1. match        by provider id; by our correlation id; (by watermark); by an attempt
         2. adopt        this cycle's provider id onto the message; two ids: a double send
-        3. claim        the status row, so two appliers cannot both apply it
+        3. claim        the status row, so two appliers cannot both apply it (in a
+                        transaction of its own: one compare-and-set with step 6)
         4. park         no message yet (or none with an attempt in that cycle), or stale:
                         an earlier cycle's id, recorded on its own cycle and not applied
         5. apply        through the guard: `apply_status`, which asks `app/lifecycle.py`
@@ -44,6 +45,7 @@ from app.repo.inbox import (
     IncomingStatus,
     Result,
     StoredStatus,
+    claim_and_finish_status,
     claim_status,
     finish_status,
     load_status,
@@ -139,7 +141,9 @@ def apply_recorded(db: Database, recorded: Recorded, now: datetime) -> dict[str,
     for status in recorded.to_apply:
         try:
             with db.transaction() as session:
-                result = apply_stored_status(session, status, now)
+                result = apply_stored_status(session, status, now, own_transaction=True)
+        except StatusTakenError:
+            result = Result.DUPLICATE  # another applier finished it first; ours rolled back
         except Exception:
             log.exception(
                 "status %s could not be applied now; the sweeper will replay it", status.id
@@ -175,30 +179,46 @@ class Stale:
     message_id: int
 
 
-def apply_stored_status(session: Session, status: StoredStatus, now: datetime) -> str:
-    """Match one stored status to its message and apply it; returns a `Result` word."""
+class StatusTakenError(Exception):
+    """Another applier finished this status while we applied it: roll ours back."""
+
+
+def apply_stored_status(
+    session: Session, status: StoredStatus, now: datetime, *, own_transaction: bool = False
+) -> str:
+    """Match one stored status to its message and apply it; returns a `Result` word.
+
+    With `own_transaction` (the transaction holds nothing but this status, and the caller
+    rolls it back on `StatusTakenError`), the claim (3) rides on the record (6) as one
+    compare-and-set; otherwise (the worker applying parked statuses inside its own work,
+    the sweeper) the status row is claimed first, so nothing is done twice.
+    """
+
+    def record(applied_at: datetime | None, result: str, message_id: int | None) -> str:
+        if not own_transaction:
+            finish_status(session, status.id, applied_at, result, message_id)
+        elif not claim_and_finish_status(session, status.id, applied_at, result, message_id):
+            raise StatusTakenError(status.id)
+        return result
+
     if status.identity_id is None:
         # A number we do not know: nothing of ours can match it (stored finished already;
         # this covers a row from before they were).
-        if claim_status(session, status.id):
-            finish_status(session, status.id, now, Result.UNMATCHED, None)
+        if own_transaction or claim_status(session, status.id):
+            return record(now, Result.UNMATCHED, None)
         return Result.UNMATCHED
 
     found = match(session, status, now)  # 1 and 2: locks the message, adopts the id
-    if not claim_status(session, status.id):  # 3
+    if not own_transaction and not claim_status(session, status.id):  # 3
         return Result.DUPLICATE
     if found is None:  # 4: parked, for the worker or the sweeper to apply later
-        finish_status(session, status.id, None, Result.PARKED, None)
-        return Result.PARKED
+        return record(None, Result.PARKED, None)
     if isinstance(found, Stale):
-        finish_status(session, status.id, now, Result.STALE, found.message_id)
-        return Result.STALE
+        return record(now, Result.STALE, found.message_id)
     target = PROVIDER_WORDS.get(status.status)
     if target is None:  # below `sent` (Twilio's queued, ...) or untracked: recorded only
-        finish_status(session, status.id, now, Result.IGNORED, found.message.id)
-        return Result.IGNORED
+        return record(now, Result.IGNORED, found.message.id)
     transition = apply_through_guard(session, status, found, target, now)  # 5
-    result = result_of(transition)
     if transition.refusal is not None and transition.refusal.value == "late":
         log.info(
             "late %s for message %s (now %s): recorded, not applied",
@@ -206,8 +226,7 @@ def apply_stored_status(session: Session, status: StoredStatus, now: datetime) -
             found.message.id,
             transition.from_status,
         )
-    finish_status(session, status.id, now, result, found.message.id)  # 6
-    return result
+    return record(now, result_of(transition), found.message.id)  # 6
 
 
 # 1. Match ---------------------------------------------------------------------------

@@ -5,14 +5,17 @@ a floor doing only the durable steps, in one run.
    commit) under gunicorn.
 2. Ratchet: `wsgi:app` under the same gunicorn settings, each delivery a signed `delivered`
    for a different `sent` message, so every one is applied.
-   Both are driven by another process on 127.0.0.1 (this script with `--drive`), with
-   `--concurrency` connections at once, one request each at a time; the bodies and their
-   signatures are built before the clock starts.
+   Both gunicorns run from the start, and the deliveries go in `--rounds` short rounds that
+   alternate between the two sides (the machine is shared: a burst of other load then
+   hits both alike). Each round is driven by another process on 127.0.0.1 (this script
+   with `--drive`), with `--concurrency` connections at once, one request each at a time;
+   the bodies and their signatures are built before its clock starts.
 3. SQL statements, transactions and connection checkouts per status, counted (not timed)
    over deliveries posted in this process through Flask's test client, with the time each
    took in this process (`--profile` adds cProfile's top functions).
 
-    .venv/bin/python bench/webhook_rate.py [--deliveries 3000] [--concurrency 4] [--profile]
+    .venv/bin/python bench/webhook_rate.py [--deliveries 3000] [--rounds 6] [--concurrency 4]
+        [--profile]
 
 Uses the database and Redis of bench/common.py (BENCH_DATABASE_URL, BENCH_REDIS_URL).
 Exits non-zero only if something broke (a non-2xx, a status not applied, a traceback in a
@@ -33,6 +36,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -245,7 +249,7 @@ def count_delivered(db: Any, wamids: list[str]) -> int:
         )
 
 
-# One side ----------------------------------------------------------------------------
+# The two sides, in alternating rounds ------------------------------------------------
 
 
 def wait_listening(port: int, process: Any, limit: float = 60) -> None:
@@ -261,86 +265,107 @@ def wait_listening(port: int, process: Any, limit: float = 60) -> None:
     raise BenchBroke(f"gunicorn did not listen on {port} within {limit:.0f} s")
 
 
-def run_side(
-    processes: Processes,
-    name: str,
-    wsgi: str,
-    db: Any,
-    identity_id: int,
-    deliveries: int,
-    concurrency: int,
-    workers: int,
-) -> dict[str, Any]:
-    """Start gunicorn on `wsgi`, warm it up, drive `deliveries`, check every one applied."""
-    warm = create_sent_messages(db, identity_id, f"{name}warm", WARMUP)
-    wamids = create_sent_messages(db, identity_id, name, deliveries)
-    port = free_port()
-    gunicorn = processes.start(
-        name,
+@dataclass
+class Side:
+    """One gunicorn (the floor or Ratchet) and what its rounds measured."""
+
+    name: str
+    wsgi: str
+    port: int = 0
+    process: Any = None
+    deliveries: int = 0
+    wall: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    cpu: Counter[str] = field(default_factory=Counter)
+    self_cpu: float = 0.0
+    busy: int = 0
+    ticks: int = 0
+    round_rates: list[float] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.deliveries / self.wall
+
+
+def start_side(processes: Processes, side: Side, workers: int) -> None:
+    side.port = free_port()
+    side.process = processes.start(
+        side.name,
         [
             sys.executable,
             "-m",
             "gunicorn",
             "--bind",
-            f"127.0.0.1:{port}",
+            f"127.0.0.1:{side.port}",
             "--workers",
             str(workers),
             "--no-control-socket",
-            wsgi,
+            side.wsgi,
         ],
         process_env(),
     )
-    wait_listening(port, gunicorn)
+    wait_listening(side.port, side.process)
+
+
+def run_round(
+    processes: Processes,
+    side: Side,
+    db: Any,
+    identity_id: int,
+    tag: str,
+    deliveries: int,
+    concurrency: int,
+    measured: bool = True,
+) -> None:
+    """Drive `deliveries` fresh `sent` messages to delivered; check every one applied."""
+    wamids = create_sent_messages(db, identity_id, f"{side.name}{tag}", deliveries)
     folder = processes.logs
-    for phase, ids in (("warmup", warm), ("run", wamids)):
-        bodies_path = folder / f"{name}-{phase}-bodies.json"
-        out_path = folder / f"{name}-{phase}-out.json"
-        bodies_path.write_text(json.dumps(signed_bodies(ids)))
-        cpu_before = cpu_snapshot({"gunicorn": [gunicorn.pid]})
-        machine_before = machine_ticks()
-        self_before = self_cpu()
-        driver = processes.start(
-            f"{name}-driver-{phase}",
-            [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--drive",
-                str(port),
-                "--bodies",
-                str(bodies_path),
-                "--out",
-                str(out_path),
-                "--concurrency",
-                str(concurrency),
-            ],
-            process_env(),
-        )
-        driver.wait()
-        if driver.returncode:
-            raise BenchBroke(f"the {name} driver exited with {driver.returncode}; see {folder}")
-        after = cpu_snapshot({"gunicorn": [gunicorn.pid]})
-        machine_after = machine_ticks()
-        self_spent = self_cpu() - self_before
-        out = json.loads(out_path.read_text())
-        bad = Counter(code for code in out["codes"] if not 200 <= code < 300)
-        if bad:
-            raise BenchBroke(f"{name}: answers other than 2xx: {dict(bad)}; logs in {folder}")
-        delivered = count_delivered(db, ids)
-        if delivered != len(ids):
-            raise BenchBroke(f"{name}: {delivered} of {len(ids)} messages moved to delivered")
-    processes.stop([name])
-    cpu = cpu_delta(cpu_before, after)
-    cpu["driver (another process)"] = out["cpu"]  # its own count: it has exited
-    latencies = out["latencies"]
-    return {
-        "rate": deliveries / out["wall"],
-        "wall": out["wall"],
-        "p50": percentile(latencies, 50),
-        "p99": percentile(latencies, 99),
-        "cpu": cpu,
-        "self_cpu": self_spent,
-        "machine": (machine_before, machine_after),
-    }
+    bodies_path = folder / f"{side.name}-{tag}-bodies.json"
+    out_path = folder / f"{side.name}-{tag}-out.json"
+    bodies_path.write_text(json.dumps(signed_bodies(wamids)))
+    cpu_before = cpu_snapshot({"gunicorn": [side.process.pid]})
+    machine_before = machine_ticks()
+    self_before = self_cpu()
+    driver = processes.start(
+        f"{side.name}-driver-{tag}",
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--drive",
+            str(side.port),
+            "--bodies",
+            str(bodies_path),
+            "--out",
+            str(out_path),
+            "--concurrency",
+            str(concurrency),
+        ],
+        process_env(),
+    )
+    driver.wait()
+    cpu_after = cpu_snapshot({"gunicorn": [side.process.pid]})
+    machine_after = machine_ticks()
+    self_spent = self_cpu() - self_before
+    if driver.returncode:
+        raise BenchBroke(f"the {side.name} driver exited with {driver.returncode}; see {folder}")
+    out = json.loads(out_path.read_text())
+    bad = Counter(code for code in out["codes"] if not 200 <= code < 300)
+    if bad:
+        raise BenchBroke(f"{side.name}: answers other than 2xx: {dict(bad)}; logs in {folder}")
+    delivered = count_delivered(db, wamids)
+    if delivered != len(wamids):
+        raise BenchBroke(f"{side.name}: {delivered} of {len(wamids)} messages moved to delivered")
+    if not measured:
+        return
+    side.deliveries += deliveries
+    side.wall += out["wall"]
+    side.latencies += out["latencies"]
+    side.cpu.update(cpu_delta(cpu_before, cpu_after))
+    side.cpu["driver (another process)"] += out["cpu"]  # its own count: it has exited
+    side.self_cpu += self_spent
+    side.busy += machine_after[0] - machine_before[0]
+    side.ticks += machine_after[1] - machine_before[1]
+    side.round_rates.append(deliveries / out["wall"])
 
 
 # Counting, in this process -----------------------------------------------------------
@@ -429,20 +454,27 @@ def count_in_process(app: Any, db: Any, identity_id: int, profile: bool) -> dict
 # Report ------------------------------------------------------------------------------
 
 
-def print_side(title: str, side: dict[str, Any], deliveries: int) -> None:
+def print_side(title: str, side: Side) -> None:
     print(title)
     print(
-        f"     {side['rate']:7.1f} deliveries/s   wall {side['wall']:.2f} s   "
-        f"latency p50 {1000 * side['p50']:.2f} ms, p99 {1000 * side['p99']:.2f} ms"
+        f"     {side.rate:7.1f} deliveries/s   wall {side.wall:.2f} s over "
+        f"{len(side.round_rates)} rounds (per round: "
+        + ", ".join(f"{rate:.0f}" for rate in side.round_rates)
+        + ")"
     )
-    print_cpu(side["cpu"], deliveries, side["self_cpu"], unit="delivery")
-    print_machine(*side["machine"], sum(side["cpu"].values()) + side["self_cpu"])
+    print(
+        f"     latency p50 {1000 * percentile(side.latencies, 50):.2f} ms, "
+        f"p99 {1000 * percentile(side.latencies, 99):.2f} ms"
+    )
+    print_cpu(dict(side.cpu), side.deliveries, side.self_cpu, unit="delivery")
+    print_machine((0, 0), (side.busy, side.ticks), sum(side.cpu.values()) + side.self_cpu)
     print(flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--deliveries", type=int, default=3000, help="per side (default 3000)")
+    parser.add_argument("--rounds", type=int, default=6, help="alternating rounds (default 6)")
     parser.add_argument("--concurrency", type=int, default=4, help="connections at once (4)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers per side (2)")
     parser.add_argument("--profile", action="store_true", help="cProfile the in-process part")
@@ -463,40 +495,31 @@ def main() -> int:
 
             db = get_db()
             identity_id = create_world(db)
+            floor = Side("floor", "bench.webhook_floor:app")
+            ratchet = Side("ratchet", "wsgi:app")
+            for side in (floor, ratchet):
+                start_side(processes, side, args.workers)
+                run_round(processes, side, db, identity_id, "warm", WARMUP, args.concurrency, False)
+            per_round = max(1, args.deliveries // args.rounds)
+            for n in range(args.rounds):
+                # Alternating which goes first, so a burst of other load hits both alike.
+                order = (floor, ratchet) if n % 2 == 0 else (ratchet, floor)
+                for side in order:
+                    run_round(processes, side, db, identity_id, str(n), per_round, args.concurrency)
+            processes.stop(["floor", "ratchet"])
             settings = (
                 f"gunicorn --workers {args.workers} (sync), {args.concurrency} connections "
-                f"from a driver process, {args.deliveries} single-status deliveries"
-            )
-            floor = run_side(
-                processes,
-                "floor",
-                "bench.webhook_floor:app",
-                db,
-                identity_id,
-                args.deliveries,
-                args.concurrency,
-                args.workers,
+                f"from a driver process, {floor.deliveries} single-status deliveries in "
+                f"{args.rounds} rounds alternating with the other side's"
             )
             print_side(
                 f"[1] floor: bench/webhook_floor.py (commit the raw body; one guarded UPDATE in "
                 f"its own commit), {settings}",
                 floor,
-                args.deliveries,
-            )
-            ratchet = run_side(
-                processes,
-                "ratchet",
-                "wsgi:app",
-                db,
-                identity_id,
-                args.deliveries,
-                args.concurrency,
-                args.workers,
             )
             print_side(
                 f"[2] Ratchet: POST /webhooks/whatsapp (signed, every status applied), {settings}",
                 ratchet,
-                args.deliveries,
             )
             counted = count_in_process(app, db, identity_id, args.profile)
             broken = processes.tracebacks()
@@ -526,14 +549,18 @@ def main() -> int:
     if counted["profile"]:
         print(counted["profile"])
     print()
-    ratio = ratchet["rate"] / floor["rate"]
+    ratio = ratchet.rate / floor.rate
+    rounds = sorted(r / f for r, f in zip(ratchet.round_rates, floor.round_rates, strict=True))
     print(
-        f"ratio: Ratchet {ratchet['rate']:.1f} / floor {floor['rate']:.1f} deliveries/s = "
-        f"{ratio:.2f}x   (p50 {1000 * ratchet['p50']:.2f} vs {1000 * floor['p50']:.2f} ms, "
-        f"p99 {1000 * ratchet['p99']:.2f} vs {1000 * floor['p99']:.2f} ms)"
+        f"ratio: Ratchet {ratchet.rate:.1f} / floor {floor.rate:.1f} deliveries/s = "
+        f"{ratio:.2f}x   (per round {', '.join(f'{r:.2f}' for r in rounds)}; "
+        f"p50 {1000 * percentile(ratchet.latencies, 50):.2f} vs "
+        f"{1000 * percentile(floor.latencies, 50):.2f} ms, "
+        f"p99 {1000 * percentile(ratchet.latencies, 99):.2f} vs "
+        f"{1000 * percentile(floor.latencies, 99):.2f} ms)"
     )
     print(goal(f">= {GOAL_RATIO}x the floor", ratio >= GOAL_RATIO, f"{GOAL_RATIO - ratio:.2f}x"))
-    print("(one side-by-side run on a shared machine: see the machine lines for other load)")
+    print("(one run, both sides alternating on a shared machine: see the machine lines)")
     return 0
 
 

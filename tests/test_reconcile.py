@@ -15,11 +15,12 @@ from flask import Flask
 from sqlalchemy import event, func, select
 
 from app.db import Database
-from app.models import Message, MessageEvent, WebhookDelivery
+from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
 from app.reconcile import (
     InboundMessage,
     StatusesRefusedError,
     apply_recorded,
+    apply_webhook_status,
     record_delivery,
 )
 from app.repo.inbox import IncomingStatus
@@ -126,6 +127,37 @@ def test_the_same_statuses_recorded_again_are_duplicates_and_add_no_event(
     assert events == 1
 
 
+def test_a_status_another_applier_finished_first_is_a_duplicate_and_changes_nothing(
+    db: Database, world: World
+) -> None:
+    message_id = sent_message(db, world, "wamid.E3")
+    with db.transaction() as session:
+        recorded = record_delivery(
+            session,
+            provider="whatsapp",
+            identity_id=world.identity_id,
+            headers={},
+            body="{}",
+            now=at(7),
+            # A word we do not track: no event's dedupe key stands in the way, only the
+            # status row's own compare-and-set.
+            statuses=[incoming(world, "wamid.E3", "deleted", 5)],
+        )
+    (stored,) = recorded.to_apply
+    with db.transaction() as session:  # the sweeper, say, gets there first
+        assert apply_webhook_status(session, stored.id, at(8)) == "ignored"
+    assert apply_recorded(db, recorded, at(9)) == {"duplicate": 1}
+    with db.transaction() as session:
+        row = session.get(WebhookStatus, stored.id, populate_existing=True)
+        assert row is not None
+        assert (row.result, row.applied_at, row.tries, row.message_id) == (
+            "ignored",
+            at(8),
+            1,
+            message_id,
+        )
+
+
 def test_statuses_the_database_refuses_raise_so_the_raw_delivery_is_kept_alone(
     db: Database, world: World
 ) -> None:
@@ -171,7 +203,7 @@ def counting(database: Database) -> Iterator[Counter[str]]:
         event.remove(database.engine, "commit", on_commit)
 
 
-def test_a_single_status_delivery_costs_eight_statements_in_two_commits(
+def test_a_single_status_delivery_costs_seven_statements_in_two_commits(
     app: Flask, committed_db: Database
 ) -> None:
     # Committed for real (not the rolled-back savepoints of `db`), so commits are commits.
@@ -190,7 +222,7 @@ def test_a_single_status_delivery_costs_eight_statements_in_two_commits(
         )
     assert response.get_json()["results"] == {"duplicate": 0, "applied": 1}
     # 1. identity lookup, raw delivery, status; commit. 2. match (locks the message),
-    # claim, event, guarded update, finish; commit. (It was 11 in three commits.)
-    assert dict(counts) == {"SELECT": 2, "INSERT": 3, "UPDATE": 3, "COMMIT": 2}
+    # event, guarded update, claim-and-finish; commit. (It was 11 in three commits.)
+    assert dict(counts) == {"SELECT": 2, "INSERT": 3, "UPDATE": 2, "COMMIT": 2}
     with committed_db.transaction() as session:
         assert session.get(Message, message_id).status == "delivered"  # type: ignore[union-attr]

@@ -194,6 +194,11 @@ _CLAIM = (
     .values(tries=_statuses.c.tries + 1)
 )
 _FINISH = update(_statuses).where(_statuses.c.id == bindparam("status_id"))
+_CLAIM_AND_FINISH = (
+    update(_statuses)
+    .where(_statuses.c.id == bindparam("status_id"), _statuses.c.applied_at.is_(None))
+    .values(tries=_statuses.c.tries + 1)
+)
 
 
 def claim_status(session: Session, status_id: int) -> bool:
@@ -270,4 +275,29 @@ def expire_parked(session: Session, now: datetime, max_age: timedelta) -> int:
             WebhookStatus.received_at < now - max_age,
         )
         .values(applied_at=now, result=Result.EXPIRED),
+    )
+
+
+def claim_and_finish_status(
+    session: Session,
+    status_id: int,
+    applied_at: datetime | None,
+    result: str,
+    message_id: int | None,
+) -> bool:
+    """`claim_status` and `finish_status` in one compare-and-set, for an applier that
+    owns its transaction: False if another applier finished the status first (the caller
+    then rolls back what it did)."""
+    return (
+        rows_changed(
+            session,
+            _CLAIM_AND_FINISH,
+            {
+                "status_id": status_id,
+                "applied_at": applied_at,
+                "result": result,
+                "message_id": message_id,
+            },
+        )
+        == 1
     )

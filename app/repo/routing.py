@@ -7,7 +7,10 @@ database (a NUL cannot be sent to PostgreSQL as text at all).
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, select
+from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy import Table, bindparam, select
 from sqlalchemy.orm import Session
 
 from app.models import Identity
@@ -39,3 +42,36 @@ def identities_by_routing_id(
 
 def _could_be_account_id(routing_id: str) -> bool:
     return 0 < len(routing_id) <= ACCOUNT_ID_LENGTH and "\x00" not in routing_id
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedIdentity:
+    """What a webhook needs of an identity it names: who it is and its (sealed) secret."""
+
+    id: int
+    account_id: str
+    app_secret_encrypted: str | None
+
+
+_identities = cast(Table, Identity.__table__)
+_ROUTED = select(
+    _identities.c.id, _identities.c.account_id, _identities.c.app_secret_encrypted
+).where(
+    _identities.c.provider == bindparam("provider_"),
+    _identities.c.account_id.in_(bindparam("account_ids", expanding=True)),
+)
+
+
+def routed_identities(
+    session: Session, provider: str, routing_ids: list[str]
+) -> dict[str, RoutedIdentity]:
+    """`identities_by_routing_id` for the webhook's hot path: the three columns it needs,
+    without loading ORM objects (that cost a fifth of a delivery's CPU)."""
+    candidates = [rid for rid in routing_ids if _could_be_account_id(rid)]
+    if not candidates:
+        return {}
+    found = {
+        row.account_id: RoutedIdentity(row.id, row.account_id, row.app_secret_encrypted)
+        for row in session.execute(_ROUTED, {"provider_": provider, "account_ids": candidates})
+    }
+    return {rid: found[rid] for rid in routing_ids if rid in found}

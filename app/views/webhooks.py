@@ -30,13 +30,12 @@ from app.clock import utcnow
 from app.config import Config
 from app.crypto import get_box
 from app.db import get_db
-from app.models import Identity
 from app.providers import get_provider
 from app.providers.base import Provider, WebhookBatch, WebhookFormatError
 from app.reconcile import InboundMessage, StatusesRefusedError, apply_recorded, record_delivery
 from app.repo.identities import identities_with_verify_token
 from app.repo.inbox import IncomingStatus
-from app.repo.routing import identities_by_routing_id
+from app.repo.routing import RoutedIdentity, routed_identities
 from app.views.body import BodyError, parse_json, read_body
 from app.views.errors import json_error
 
@@ -109,7 +108,7 @@ def receive(provider: Provider) -> ResponseReturnValue:
     body = raw.decode("utf-8")
     try:
         with db.transaction() as session:
-            by_route = identities_by_routing_id(session, provider.name, routing_ids)
+            by_route = routed_identities(session, provider.name, routing_ids)
             known = list(by_route.values())
             if not known or not _verified(provider, raw, known):
                 log.warning(
@@ -209,7 +208,7 @@ def _storable(statuses: list[IncomingStatus]) -> tuple[list[IncomingStatus], int
     return kept, len(statuses) - len(kept)
 
 
-def _verified(provider: Provider, raw: bytes, identities: list[Identity]) -> bool:
+def _verified(provider: Provider, raw: bytes, identities: list[RoutedIdentity]) -> bool:
     box = get_box()
     secrets = [
         box.decrypt(identity.app_secret_encrypted) if identity.app_secret_encrypted else ""
