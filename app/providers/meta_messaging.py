@@ -39,6 +39,7 @@ SIGNATURE_PREFIX = "sha256="
 # The tags this issue supports: a human agent's reply up to 7 days after the customer's
 # last message (Messenger and Instagram alike).
 TAGS = frozenset({"HUMAN_AGENT"})
+MAX_METADATA = 1000  # the Send API's `message.metadata`, echoed back in message_echoes
 
 _TITLE_IN_MESSAGE = re.compile(r"^\(#\d+\)\s*(.+)$", re.DOTALL)
 
@@ -142,6 +143,23 @@ class MetaMessagingProvider:
     ) -> None:
         where = f"{path}.messaging[{i}]"
         customer = _party(event, "sender", where)
+        message = event.get("message")
+        if isinstance(message, dict) and message.get("is_echo"):
+            # Our Page sent a message (message_echoes; on Instagram, `messages` with
+            # is_echo): Meta has it, which is our `sent`. It carries back the `metadata` we
+            # sent, our correlation id, so an answer lost on the wire is matched too.
+            batch.statuses.append(
+                StatusUpdate(
+                    routing_id=routing_id,
+                    provider_message_id=_required_str(message, "mid", f"{where}.message"),
+                    status="sent",
+                    provider_time=_ms_time(event.get("timestamp"), f"{where}.timestamp"),
+                    recipient=_party(event, "recipient", where),
+                    correlation_id=_str(message.get("metadata")),
+                    raw=event,
+                )
+            )
+            return
         if "delivery" in event:
             delivery = _object(event["delivery"], f"{where}.delivery")
             self._receipt(batch, routing_id, customer, "delivered", delivery, event, where)
@@ -151,9 +169,7 @@ class MetaMessagingProvider:
             read = _object(event["read"], f"{where}.read")
             self._receipt(batch, routing_id, customer, "read", read, event, where)
         elif "message" in event:
-            message = _object(event["message"], f"{where}.message")
-            if message.get("is_echo"):
-                return  # our own send, echoed: not the customer writing
+            message = _object(message, f"{where}.message")
             batch.inbound.append(
                 InboundMessage(
                     routing_id=routing_id,
@@ -232,10 +248,13 @@ def build_body(message: OutboundMessage) -> dict[str, Any]:
     """
     if message.template is not None:
         raise ValueError("Messenger and Instagram take text only here, not a template")
+    if len(message.correlation_id) > MAX_METADATA:
+        raise ValueError(f"correlation id longer than {MAX_METADATA} characters")
     body: dict[str, Any] = {
         "recipient": {"id": message.recipient},
         "messaging_type": "RESPONSE",
-        "message": {"text": message.body_text},
+        # `metadata` comes back in the echo of this message: our correlation id.
+        "message": {"text": message.body_text, "metadata": message.correlation_id},
     }
     if message.tag is not None:
         if message.tag not in TAGS:

@@ -33,6 +33,7 @@ from app.sandbox.webhooks import encode
 from app.sandbox.whatsapp import Reply
 
 MAX_TEXT = 2000  # the Send API's text limit, in characters
+MAX_METADATA = 1000  # message.metadata, echoed back in message_echoes
 WINDOW_SECONDS = 24 * 60 * 60
 HUMAN_AGENT_SECONDS = 7 * 24 * 60 * 60
 MESSAGING_TYPES = ("RESPONSE", "UPDATE", "MESSAGE_TAG")
@@ -57,6 +58,10 @@ class PageSettings(BaseModel):
     receipts: list[Receipt] = Field(default_factory=lambda: list(DEFAULT_RECEIPTS))
     # Messenger deliveries carry `mids` unless this is False (then only a watermark).
     delivery_mids: bool = True
+    # Post the echo of every accepted message (message_echoes; on Instagram, `messages`
+    # with is_echo), carrying the send's `message.metadata` back.
+    echoes: bool = True
+    app_id: str = Field(default="1517776481860111", pattern=r"^[0-9]{1,20}$")
     webhook_delay_ms: int = Field(default=0, ge=0)
     duplicate_webhooks: bool = False
     shuffle_webhooks: bool = False
@@ -352,7 +357,7 @@ def _decide(
         answer,
         answer=fault.answer if fault else "now",
         hang_seconds=settings.hang_seconds,
-        webhooks=plan_receipts(page, recipient, mid, now_ms, fault),
+        webhooks=plan_receipts(page, recipient, mid, now_ms, fault, payload["message"]),
         webhook_delay=settings.webhook_delay_ms / 1000,
     )
 
@@ -396,11 +401,19 @@ def _validate(raw: bytes) -> dict[str, Any]:
     text = message["text"]
     if not isinstance(text, str) or not text or len(text) > MAX_TEXT:
         raise _Refused(400, 100, f"(#100) Length of param message[text] must be 1 to {MAX_TEXT}")
+    metadata = message.get("metadata")
+    if metadata is not None and (not isinstance(metadata, str) or len(metadata) > MAX_METADATA):
+        raise _Refused(400, 100, f"(#100) metadata must be a string of at most {MAX_METADATA}")
     return payload
 
 
 def plan_receipts(
-    page: Page, recipient: str, mid: str, sent_ms: int, fault: PageFault | None
+    page: Page,
+    recipient: str,
+    mid: str,
+    sent_ms: int,
+    fault: PageFault | None,
+    message: dict[str, Any],
 ) -> Delivery:
     """The receipts one message causes, as POST bodies: duplicated, shuffled, batched as
     the Page asks. Timestamps follow the real order (delivery, then read) whatever order
@@ -412,6 +425,8 @@ def plan_receipts(
         with_mids = fault.delivery_mids
     step = max(1, settings.webhook_delay_ms)
     events = []
+    if settings.echoes:
+        events.append(echo_event(settings, recipient, mid, message, sent_ms))
     for receipt in receipts:
         at = sent_ms + step * (1 if receipt == "delivered" else 2)
         if settings.platform == "instagram":
@@ -440,6 +455,21 @@ def envelope(settings: PageSettings, events: list[dict[str, Any]], at_ms: int) -
     return {
         "object": "page" if settings.platform == "messenger" else "instagram",
         "entry": [{"id": settings.page_id, "time": at_ms, "messaging": events}],
+    }
+
+
+def echo_event(
+    settings: PageSettings, customer: str, mid: str, message: dict[str, Any], at: int
+) -> dict[str, Any]:
+    echoed: dict[str, Any] = {"is_echo": True, "app_id": int(settings.app_id)}
+    if "metadata" in message:
+        echoed["metadata"] = message["metadata"]
+    echoed |= {"mid": mid, "text": message["text"]}
+    return {
+        "sender": {"id": settings.page_id},
+        "recipient": {"id": customer},
+        "timestamp": at,
+        "message": echoed,
     }
 
 

@@ -49,11 +49,21 @@ def send(
     )
 
 
-def write_in(sandbox: SandboxClient, page: dict[str, Any], customer: str = PSID) -> None:
+def write_in(
+    sandbox: SandboxClient,
+    page: dict[str, Any],
+    customer: str = PSID,
+    receiver: WebhookReceiver | None = None,
+) -> None:
+    """The customer writes; with `receiver`, wait for the inbound webhook to land (posts of
+    different deliveries race each other)."""
+    before = len(receiver.snapshot()) if receiver else 0
     response = sandbox.http.post(
         f"/_sandbox/pages/{page['page_id']}/inbound", json={"from": customer, "text": "hi"}
     )
     assert response.status_code == 202, response.text
+    if receiver is not None:
+        receiver.wait_for(before + 1)
 
 
 def events(receiver: WebhookReceiver, count: int) -> list[dict[str, Any]]:
@@ -71,16 +81,21 @@ def test_a_send_answers_the_documented_success_shape_and_posts_delivery_then_rea
     sandbox: SandboxClient, receiver: WebhookReceiver
 ) -> None:
     page = register(sandbox, receiver)
-    write_in(sandbox, page)
-    response = send(sandbox, page)
+    write_in(sandbox, page, receiver=receiver)
+    response = send(sandbox, page, message={"text": "Shipped.", "metadata": "ours-1"})
     assert response.status_code == 200, response.text
     documented = json.loads((FIXTURES / "send_success.json").read_text())
     assert set(response.json()) == set(documented)
     mid = response.json()["message_id"]
     assert response.json()["recipient_id"] == PSID
-    seen = events(receiver, 3)  # the inbound, then the two receipts
+    seen = events(receiver, 4)  # the inbound, the echo, then the two receipts
     assert seen[0]["message"]["text"] == "hi"
-    delivery, read = seen[1], seen[2]
+    echo, delivery, read = seen[1], seen[2], seen[3]
+    documented_echo = json.loads((FIXTURES / "echo.json").read_text())
+    assert set(echo["message"]) == set(documented_echo["entry"][0]["messaging"][0]["message"])
+    assert echo["message"]["is_echo"] is True and echo["message"]["mid"] == mid
+    assert echo["message"]["metadata"] == "ours-1"
+    assert (echo["sender"]["id"], echo["recipient"]["id"]) == (page["page_id"], PSID)
     assert delivery["delivery"]["mids"] == [mid]
     assert set(delivery) == set(
         json.loads((FIXTURES / "delivery_with_mids.json").read_text())["entry"][0]["messaging"][0]
@@ -108,7 +123,7 @@ def test_human_agent_reaches_past_24_hours_and_up_to_7_days(
     sandbox: SandboxClient, receiver: WebhookReceiver
 ) -> None:
     page = register(sandbox, receiver)
-    write_in(sandbox, page)
+    write_in(sandbox, page, receiver=receiver)
     day = 24 * 60 * 60 * 1000
     sandbox.http.patch(f"/_sandbox/pages/{page['page_id']}", json={"clock_offset_ms": 2 * day})
     assert send(sandbox, page).json()["error"]["error_subcode"] == 2018278
@@ -133,7 +148,7 @@ def test_malformed_sends_are_refused_with_graph_errors(
     sandbox: SandboxClient, receiver: WebhookReceiver, change: dict[str, Any], code: int
 ) -> None:
     page = register(sandbox, receiver)
-    write_in(sandbox, page)
+    write_in(sandbox, page, receiver=receiver)
     response = send(sandbox, page, **change)
     assert response.status_code == 400 and response.json()["error"]["code"] == code
     assert sandbox.http.get(f"/_sandbox/pages/{page['page_id']}/messages").json() == {
@@ -145,7 +160,7 @@ def test_a_wrong_token_is_190_and_nothing_is_recorded(
     sandbox: SandboxClient, receiver: WebhookReceiver
 ) -> None:
     page = register(sandbox, receiver)
-    write_in(sandbox, page)
+    write_in(sandbox, page, receiver=receiver)
     response = send(sandbox, page, token="not-the-token")
     assert (response.status_code, response.json()["error"]["code"]) == (401, 190)
     assert sandbox.http.get(f"/_sandbox/pages/{page['page_id']}/messages").json()["messages"] == []
@@ -157,12 +172,13 @@ def test_watermark_only_deliveries_and_duplicated_shuffled_receipts_on_request(
     page = register(
         sandbox,
         receiver,
+        echoes=False,
         delivery_mids=False,
         duplicate_webhooks=True,
         shuffle_webhooks=True,
         seed=7,
     )
-    write_in(sandbox, page)
+    write_in(sandbox, page, receiver=receiver)
     assert send(sandbox, page).status_code == 200
     seen = events(receiver, 5)[1:]
     kinds = sorted("delivery" if "delivery" in e else "read" for e in seen)
@@ -173,8 +189,8 @@ def test_watermark_only_deliveries_and_duplicated_shuffled_receipts_on_request(
 def test_instagram_sends_post_messaging_seen_by_mid_and_no_delivery(
     sandbox: SandboxClient, receiver: WebhookReceiver
 ) -> None:
-    page = register(sandbox, receiver, platform="instagram")
-    write_in(sandbox, page, "6230000000000001")
+    page = register(sandbox, receiver, platform="instagram", echoes=False)
+    write_in(sandbox, page, "6230000000000001", receiver)
     response = send(sandbox, page, "6230000000000001")
     assert response.status_code == 200, response.text
     seen = events(receiver, 2)
@@ -185,10 +201,10 @@ def test_instagram_sends_post_messaging_seen_by_mid_and_no_delivery(
 def test_the_control_api_registers_lists_and_makes_a_customer_read(
     sandbox: SandboxClient, receiver: WebhookReceiver
 ) -> None:
-    page = register(sandbox, receiver, receipts=[])
+    page = register(sandbox, receiver, receipts=[], echoes=False)
     listed = sandbox.http.get("/_sandbox/pages").json()["pages"]
     assert [p["page_id"] for p in listed] == [page["page_id"]]
-    write_in(sandbox, page)
+    write_in(sandbox, page, receiver=receiver)
     mid = send(sandbox, page).json()["message_id"]
     accepted = sandbox.http.get(f"/_sandbox/pages/{page['page_id']}/messages").json()["messages"]
     assert [m["mid"] for m in accepted] == [mid]
@@ -214,7 +230,7 @@ def test_a_whatsapp_number_and_a_page_share_the_send_path_without_mixing(
     number = sandbox.register(receiver.url)
     page = register(sandbox, receiver)
     assert sandbox.send(number).status_code == 200  # the Cloud API's shape, to a number
-    write_in(sandbox, page)
+    write_in(sandbox, page, receiver=receiver)
     assert send(sandbox, page).status_code == 200  # the Send API's, to a Page
     wrong = sandbox.http.post(
         f"/v21.0/{page['page_id']}/messages",

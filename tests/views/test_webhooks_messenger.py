@@ -397,3 +397,42 @@ def test_instagram_inbound_opens_its_window_and_messaging_seen_reads_the_message
     answer = ratchet.post(fixture("instagram_seen"))
     assert answer.status_code == 200, answer.text
     assert (ratchet.status(seen), ratchet.status(other)) == ("read", "sent")
+
+
+# Echoes: our own sends, matched by the metadata we gave them -------------------------------
+
+
+def test_an_echo_carrying_our_correlation_id_records_the_mid_of_a_send_whose_answer_was_lost(
+    ratchet: Ratchet, page: World
+) -> None:
+    """The send answer never reached us (a timeout): the echo is Meta saying it has the
+    message. Matched by the metadata we sent, it records the mid and moves to `sent`, so
+    the retry after the grace finds nothing to resend; receipts then match by that mid."""
+    message_id = make_message(ratchet.db, page, recipient=PSID)
+    with ratchet.db.transaction() as session:
+        claim = claim_message(session, message_id, T0, LEASE)
+        assert claim is not None
+        start_attempt(session, claim, "key", T0)
+        correlation_id = session.get(Message, message_id).correlation_id  # type: ignore[union-attr]
+    body = fixture("echo")
+    event = body["entry"][0]["messaging"][0]
+    event["message"]["metadata"] = correlation_id
+    event["timestamp"] = ms(T0) + 300
+    mid = event["message"]["mid"]
+    assert ratchet.post(body).status_code == 200
+    with ratchet.db.transaction() as session:
+        row = session.get(Message, message_id, populate_existing=True)
+        assert row is not None and (row.status, row.provider_message_id) == ("sent", mid)
+    assert ratchet.post(read(watermark=ms(T0) + 1000)).status_code == 200
+    assert ratchet.status(message_id) == "read"
+
+
+def test_an_echo_is_not_a_customer_writing_and_a_forged_metadata_matches_nothing(
+    ratchet: Ratchet, page: World
+) -> None:
+    message_id = ratchet.sent(page, PSID, T0, "m_ours")
+    body = fixture("echo")  # the documented metadata placeholder: not one of our ids
+    assert ratchet.post(body).status_code == 200
+    assert ratchet.count(ConversationWindow) == 0
+    assert ratchet.status(message_id) == "sent"
+    assert ratchet.applied_events(message_id) == []
