@@ -44,12 +44,23 @@ class SendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     identity_id: int = Field(gt=0)
-    to: str = Field(min_length=1, max_length=100)
+    to: str = Field(
+        min_length=1,
+        max_length=100,
+        description="WhatsApp and Twilio: the recipient's number in E.164 (digits, `+` "
+        "optional). Messenger: the PSID (Page-scoped id); Instagram: the IGSID, as the "
+        "customer's own webhook gave it.",
+    )
     text: str | None = Field(default=None, min_length=1, max_length=4096)
     template: Template | None = None
     lane: Literal["reply", "campaign"] | None = None
     # Messenger / Instagram only: a human agent's reply up to 7 days after the customer wrote.
-    tag: Literal["HUMAN_AGENT"] | None = None
+    tag: Literal["HUMAN_AGENT"] | None = Field(
+        default=None,
+        description="Messenger and Instagram only: HUMAN_AGENT sends the text as MESSAGE_TAG, "
+        "allowed up to 7 days after the customer's last message (a human agent's reply). "
+        "Without it a text goes as RESPONSE, inside the customer's 24-hour window.",
+    )
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=MAX_KEY_LENGTH)
 
     @field_validator("identity_id", mode="before")

@@ -69,6 +69,7 @@ def message_json(message: Message) -> dict[str, Any]:
         "lane": message.lane,
         "identity_id": message.identity_id,
         "to": message.recipient,
+        "tag": message.tag,
         "idempotency_key": message.idempotency_key,
         "provider_message_id": message.provider_message_id,
         "attempts": message.attempt,
