@@ -15,6 +15,7 @@ from app.providers.base import FailureClass, OutboundMessage, WebhookFormatError
 from app.providers.classification import classify, describe, rank_of
 from app.providers.http import HttpAnswer
 from app.providers.meta_messaging import MetaMessagingProvider, build_body
+from app.repo.deadletters import advice
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "messenger"
 MESSENGER = get_provider("messenger")
@@ -193,3 +194,10 @@ def test_the_signature_is_meta_sha256_over_the_raw_bytes() -> None:
     assert not MESSENGER.verify_signature(raw, {"X-Hub-Signature-256": good}, "other")
     assert not MESSENGER.verify_signature(raw, {}, "s3cret")
     assert not MESSENGER.verify_signature(raw, {"X-Hub-Signature-256": good}, "")
+
+
+def test_a_window_closed_dead_letter_is_explained_as_such_not_as_a_permission_problem() -> None:
+    meaning, action = advice("messenger", "permanent", 10, 2018278)
+    assert "window" in meaning and "HUMAN_AGENT" in action
+    permission, _ = advice("messenger", "sender_broken", 10)
+    assert "permission" in permission
