@@ -436,3 +436,30 @@ def test_an_echo_is_not_a_customer_writing_and_a_forged_metadata_matches_nothing
     assert ratchet.count(ConversationWindow) == 0
     assert ratchet.status(message_id) == "sent"
     assert ratchet.applied_events(message_id) == []
+
+
+# Hostile bodies --------------------------------------------------------------------------
+
+
+def test_hostile_bodies_get_clear_answers_and_store_nothing(ratchet: Ratchet, page: World) -> None:
+    not_json = ratchet.post(b"{not json")
+    assert not_json.status_code == 400 and "not a messenger webhook" in not_json.json()["error"]
+    no_entry_id = delivery(mids=["m"], watermark=1)
+    del no_entry_id["entry"][0]["id"]
+    assert ratchet.post(no_entry_id).status_code == 400
+    many = delivery(mids=["m"], watermark=1)
+    many["entry"] = [dict(many["entry"][0], id=str(n)) for n in range(101)]
+    assert ratchet.post(many).status_code == 400
+    huge = b'{"object":"page","entry":[],"pad":"' + b"x" * (1024 * 1024) + b'"}'
+    assert ratchet.post(huge).status_code == 413
+    assert ratchet.count(WebhookDelivery) == 0
+
+
+def test_a_signed_body_of_a_shape_we_do_not_know_is_kept_and_acknowledged(
+    ratchet: Ratchet, page: World
+) -> None:
+    body = delivery(mids=None, watermark=1)
+    body["entry"][0]["messaging"][0]["delivery"]["watermark"] = "not a time"
+    answer = ratchet.post(body)
+    assert answer.status_code == 202 and "not understood" in answer.json()["error"]
+    assert ratchet.count(WebhookDelivery) == 1  # kept verbatim for a person to read
