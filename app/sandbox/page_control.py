@@ -11,10 +11,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.sandbox.page_faults import describe_page_faults
 from app.sandbox.pages import (
     PageSettings,
     PagesState,
-    describe_page_faults,
     envelope,
     inbound_event,
     new_mid,
