@@ -135,6 +135,8 @@ class Message(Base):
     lane: Mapped[str] = mapped_column(String(10))
     body_text: Mapped[str | None] = mapped_column(Text)
     template: Mapped[dict[str, Any] | None]
+    # Messenger / Instagram: a message tag (HUMAN_AGENT) sends the text as MESSAGE_TAG.
+    tag: Mapped[str | None] = mapped_column(String(20))
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     fingerprint: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(10))

@@ -2,6 +2,8 @@
 
 Read it top-down; the steps come in the order DESIGN section 6 lists them.
 
+    watermark_statuses  (Messenger, Instagram) a watermark becomes one status per covered
+                        message, under its provider id, before anything is stored (1c)
     record_delivery     the raw delivery, its statuses and inbound windows, one commit
     apply_recorded      each status in its own transaction (a failure: the sweeper replays)
       apply_stored_status
@@ -15,7 +17,7 @@ Read it top-down; the steps come in the order DESIGN section 6 lists them.
         6. record       the status row's result
     apply_parked        the worker recording a provider id applies what arrived before it
 
-Every webhook view (WhatsApp today; Twilio, Messenger and Instagram next) verifies the
+Every webhook view (WhatsApp, Twilio, Messenger and Instagram) verifies the
 delivery, turns its statuses into `IncomingStatus` values, and calls `record_delivery` in
 the transaction that found its identities, then `apply_recorded`. The sweeper replays
 unapplied statuses through `apply_webhook_status`.
@@ -39,6 +41,7 @@ from sqlalchemy.orm import Session
 
 from app.db import Database
 from app.lifecycle import PROVIDER_WORDS, Source, Status
+from app.providers.base import Watermark
 from app.providers.classification import rank_of
 from app.repo.events import append_event
 from app.repo.inbox import (
@@ -61,6 +64,7 @@ from app.repo.matching import (
     record_provider_id,
 )
 from app.repo.messages import Transition, apply_status, parse_correlation_id
+from app.repo.watermarks import messages_under_watermark
 from app.repo.windows import open_window
 
 log = logging.getLogger(__name__)
@@ -239,7 +243,8 @@ def match(session: Session, status: StoredStatus, now: datetime) -> Match | Stal
     b. By our correlation id (the message id and cycle, keyed): this cycle's status
        adopts its provider id; an earlier cycle's is stale; a cycle with no attempt yet
        cannot have anything at the provider, so the status parks.
-    c. By watermark (Messenger, Instagram): see `match_by_watermark`.
+    c. By watermark (Messenger, Instagram): expanded before storing, by
+       `watermark_statuses`, into statuses that match by id (a).
     d. By an attempt that recorded the provider id: an earlier cycle's (stale), or this
        cycle's from an attempt whose lease was lost before it wrote the id (adopted).
     """
@@ -281,20 +286,38 @@ def match(session: Session, status: StoredStatus, now: datetime) -> Match | Stal
     return Match(message, cycle)
 
 
-def match_by_watermark(session: Session, status: StoredStatus) -> list[LockedMessage]:
-    """Step 1c, for Messenger's `message_deliveries` / `message_reads` (and Instagram's
-    `messaging_seen`) that carry no `mids`: not called yet, no provider reports them.
-
-    It will receive a status of the identity (the Page or Instagram account) naming the
-    thread's other end (the PSID / IGSID: our `recipient`) and Meta's watermark in
-    milliseconds, with no provider message id. It returns, locked, every message of that
-    thread whose send request started at or before the watermark plus a small tolerance
-    (`request_started_ms`; the index `ix_messages_thread` is for this), in this cycle and
-    with an attempt; each is then applied through the guard like a match by id (a
-    watermark never moves a message backwards, and never another thread's). Statuses with
-    `mids` are split by the view into one status per mid and match by id instead.
-    """
-    raise NotImplementedError("watermark matching arrives with the Messenger webhook")
+def watermark_statuses(
+    session: Session, provider: str, watermarks: list[Watermark], ids: dict[str, int]
+) -> list[IncomingStatus]:
+    """Step 1c, for Messenger's `message_deliveries` without `mids` and its `message_reads`
+    (Instagram's `messaging_seen`): each watermark says "every message of this thread
+    (the Page or account, and the PSID / IGSID) sent at or before this instant". It runs
+    before the statuses are stored, in `record_delivery`'s transaction: each covered
+    message becomes one ordinary status under its provider id, so it is stored, deduped
+    (a later per-mid receipt for it is a duplicate) and matched by id (1a), and the guard
+    decides as ever: a watermark never moves a message backwards, nor another thread's.
+    Watermarks under identities we do not know match nothing; their raw delivery is kept."""
+    found: list[IncomingStatus] = []
+    for mark in watermarks:
+        identity_id = ids.get(mark.routing_id)
+        target = PROVIDER_WORDS.get(mark.status)
+        if identity_id is None or target is None:
+            continue
+        for covered in messages_under_watermark(
+            session, identity_id, mark.recipient, mark.watermark_ms, target
+        ):
+            found.append(
+                IncomingStatus(
+                    identity_id=identity_id,
+                    routing_id=mark.routing_id,
+                    provider=provider,
+                    provider_message_id=covered.provider_message_id,
+                    status=mark.status,
+                    provider_time=mark.provider_time,
+                    raw={"watermark": mark.watermark_ms, "event": mark.raw},
+                )
+            )
+    return found
 
 
 # 2. Adopt ---------------------------------------------------------------------------

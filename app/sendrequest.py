@@ -44,10 +44,23 @@ class SendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     identity_id: int = Field(gt=0)
-    to: str = Field(min_length=1, max_length=100)
+    to: str = Field(
+        min_length=1,
+        max_length=100,
+        description="WhatsApp and Twilio: the recipient's number in E.164 (digits, `+` "
+        "optional). Messenger: the PSID (Page-scoped id); Instagram: the IGSID, as the "
+        "customer's own webhook gave it.",
+    )
     text: str | None = Field(default=None, min_length=1, max_length=4096)
     template: Template | None = None
     lane: Literal["reply", "campaign"] | None = None
+    # Messenger / Instagram only: a human agent's reply up to 7 days after the customer wrote.
+    tag: Literal["HUMAN_AGENT"] | None = Field(
+        default=None,
+        description="Messenger and Instagram only: HUMAN_AGENT sends the text as MESSAGE_TAG, "
+        "allowed up to 7 days after the customer's last message (a human agent's reply). "
+        "Without it a text goes as RESPONSE, inside the customer's 24-hour window.",
+    )
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=MAX_KEY_LENGTH)
 
     @field_validator("identity_id", mode="before")
@@ -134,6 +147,27 @@ def normalise_recipient(provider: str, to: str) -> str:
     return to
 
 
+PAGE_PROVIDERS = ("messenger", "instagram")
+
+
+def page_refusal(provider: str, request: SendRequest) -> tuple[str, str] | None:
+    """(field, why) when the request asks what the identity's provider cannot do: Messenger
+    and Instagram take text only here; only they take a message tag."""
+    if provider in PAGE_PROVIDERS and request.template is not None:
+        return (
+            "template",
+            f"{provider} identities send text only: templates are WhatsApp's; "
+            "send `text` instead. Nothing was stored",
+        )
+    if provider not in PAGE_PROVIDERS and request.tag is not None:
+        return (
+            "tag",
+            f"a message tag is for Messenger and Instagram identities, not {provider}; "
+            "nothing was stored",
+        )
+    return None
+
+
 def fingerprint(request: SendRequest, recipient: str) -> str:
     """A hash of the normalised caller input; `lane` only if the caller gave it."""
     material: dict[str, Any] = {"identity_id": request.identity_id, "to": recipient}
@@ -144,5 +178,7 @@ def fingerprint(request: SendRequest, recipient: str) -> str:
         material["template"] = request.template.model_dump()
     if request.lane is not None:
         material["lane"] = request.lane
+    if request.tag is not None:
+        material["tag"] = request.tag
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()

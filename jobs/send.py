@@ -241,6 +241,7 @@ def prepare(
             template=message.template,
             provider_key=key,
             correlation_id=message.correlation_id or "",
+            tag=message.tag,
         ),
         lane=message.lane,
         recipient=message.recipient,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+from typing import Any
 
 import click
 from flask import current_app
@@ -62,8 +64,36 @@ def demo_command(sandbox_url: str) -> None:
         signal.signal(sig, lambda *_: stop.set())
     from jobs.send import ring_message
 
+    pages = _seed_pages(sandbox_url, config.public_base_url, login, stop, ring_message)
     sent = demo.trickle(get_db(), sandbox_url, login, stop, ring=ring_message)
+    pages.join(timeout=5)
     click.echo(f"demo stopped after {sent} trickle messages")
+
+
+def _seed_pages(
+    sandbox_url: str, public_url: str, login: Any, stop: Any, ring: Any
+) -> threading.Thread:
+    """Messenger and Instagram beside the WhatsApp demo (`app/demo_pages.py`): seeded now,
+    their trickle in a thread of its own until `stop`."""
+    from app import demo_pages
+
+    db = get_db()
+    pages = demo_pages.seed_pages(
+        db, get_box(), sandbox_url, public_url, login.tenant_id, login.api_key
+    )
+    names = ", ".join(f"{page.provider} {page.page_id}" for page in pages)
+    click.echo(f"  pages: {names} (sandbox: {sandbox_url}/_sandbox/pages)")
+    if login.api_key:
+        click.echo(f"  sent {len(demo_pages.PAGE_MESSAGES)} Messenger / Instagram demo messages")
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+
+    def run() -> None:
+        with app.app_context():
+            demo_pages.trickle_pages(db, sandbox_url, login.tenant_id, pages, stop, ring=ring)
+
+    thread = threading.Thread(target=run, name="demo-pages", daemon=True)
+    thread.start()
+    return thread
 
 
 @click.command("worker")

@@ -7,10 +7,13 @@ side effect somewhere else.
 from __future__ import annotations
 
 from .base import Provider
+from .meta_messaging import MetaMessagingProvider
 from .whatsapp import WhatsAppProvider
 
 PROVIDERS: dict[str, Provider] = {
     "whatsapp": WhatsAppProvider(),
+    "messenger": MetaMessagingProvider("messenger", "page"),
+    "instagram": MetaMessagingProvider("instagram", "instagram"),
 }
 
 

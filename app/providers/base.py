@@ -70,6 +70,8 @@ class OutboundMessage:
     template: dict[str, Any] | None = None
     provider_key: str  # stable for an intent; sent as the Idempotency-Key header
     correlation_id: str  # echoed back in status webhooks (WhatsApp biz_opaque_callback_data)
+    # Messenger / Instagram only: a message tag (`HUMAN_AGENT`) sends it as MESSAGE_TAG.
+    tag: str | None = None
 
     def __post_init__(self) -> None:
         if (self.body_text is None) == (self.template is None):
@@ -146,10 +148,25 @@ class ReportedError:
 
 
 @dataclass(frozen=True, slots=True)
+class Watermark:
+    """Messenger's `message_deliveries` / `message_reads` without `mids`: every message of
+    the thread (the identity, `recipient`) sent at or before `watermark_ms` reached
+    `status`. Matching it to messages is the reconciler's job (`app/repo/watermarks.py`)."""
+
+    routing_id: str  # the Page or Instagram account id
+    recipient: str  # the PSID / IGSID: the other end of the thread
+    status: str  # delivered or read
+    watermark_ms: int  # Meta's clock, milliseconds since the epoch
+    provider_time: datetime  # aware, UTC
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class WebhookBatch:
     statuses: list[StatusUpdate] = field(default_factory=list)
     inbound: list[InboundMessage] = field(default_factory=list)
     errors: list[ReportedError] = field(default_factory=list)
+    watermarks: list[Watermark] = field(default_factory=list)
 
 
 class WebhookFormatError(ValueError):

@@ -192,6 +192,52 @@ TWILIO: dict[int, Classification] = {
 
 CODES: dict[str, dict[int, Classification]] = {"whatsapp": WHATSAPP, "twilio": TWILIO}
 
+# Messenger and Instagram (the Send API with a Page token): Meta's Messenger Platform
+# error-codes reference (developers.facebook.com/docs/messenger-platform/error-codes). The
+# same Graph codes as WhatsApp where they overlap; the subcode matters for one of them.
+_FIX_PAGE = "Fix the Page's access or the app's permissions in Meta, then `identity resume`."
+MESSENGER: dict[int, Classification] = {
+    1: _c(UNKNOWN, "Unknown error on Meta's side.", _RETRY),
+    2: _c(UNKNOWN, "Unexpected error; Meta asks to retry later.", _RETRY),
+    1200: _c(UNKNOWN, "Temporary send message failure.", _RETRY),
+    4: _c(RATE_LIMITED, "Application request limit reached.", _SLOW),
+    613: _c(RATE_LIMITED, "Calls to the Send API exceeded the rate limit.", _SLOW),
+    190: _c(SENDER_BROKEN, "The Page access token is invalid or expired.", _FIX_TOKEN),
+    10: _c(
+        SENDER_BROKEN,
+        "The app lacks permission to send for this Page (code 10 without a window subcode).",
+        _FIX_PAGE,
+    ),
+    **dict.fromkeys(
+        range(200, 300),
+        _c(SENDER_BROKEN, "API permission problem (Graph codes 200-299).", _FIX_PAGE),
+    ),
+    368: _c(SENDER_BROKEN, "The Page is temporarily blocked for policy violations.", _FIX_PAGE),
+    100: _c(
+        PERMANENT,
+        "Invalid parameter (for example no matching user for this PSID / IGSID).",
+        "Check the recipient id: it is scoped to this Page or Instagram account.",
+    ),
+    551: _c(
+        PERMANENT,
+        "This person isn't available right now (cannot receive messages from the Page).",
+        "Do not retry as it is; the person may have blocked the Page.",
+    ),
+}
+CODES["messenger"] = CODES["instagram"] = MESSENGER
+
+# (provider, code, subcode) pairs whose class differs from the code's alone (docs/design.md
+# section 7): Messenger's code 10 with subcode 2018278 is "sent outside the allowed window".
+_OUTSIDE_WINDOW = _c(
+    PERMANENT,
+    "Sent outside the messaging window (24 h, or 7 days with the HUMAN_AGENT tag).",
+    "Wait for the customer to write, or send with the HUMAN_AGENT tag within 7 days.",
+)
+SUBCODES: dict[tuple[str, int, int], Classification] = {
+    ("messenger", 10, 2018278): _OUTSIDE_WINDOW,
+    ("instagram", 10, 2018278): _OUTSIDE_WINDOW,
+}
+
 
 class UnknownProviderCodesError(KeyError):
     """No code table for that provider name: a typo must not make every code `needs_human`."""
@@ -204,17 +250,24 @@ def _table(provider: str) -> dict[int, Classification]:
         raise UnknownProviderCodesError(f"no error-code table for provider {provider!r}") from None
 
 
-def describe(provider: str, code: int | None) -> Classification | None:
+def describe(provider: str, code: int | None, subcode: int | None = None) -> Classification | None:
     """What a code means and what to do about it; None for no code or a code we do not know."""
     if code is None:
         return None
+    if subcode is not None and (provider, code, subcode) in SUBCODES:
+        return SUBCODES[(provider, code, subcode)]
     return _table(provider).get(code)
 
 
-def classify(provider: str, http_status: int | None, code: int | None) -> FailureClass:
-    """The failure class of an answer. The provider's code decides; the HTTP status only
-    when there is no code (Meta: branch on the code, not on the HTTP status)."""
+def classify(
+    provider: str, http_status: int | None, code: int | None, subcode: int | None = None
+) -> FailureClass:
+    """The failure class of an answer. The provider's code decides (with its subcode where
+    `SUBCODES` says so); the HTTP status only when there is no code (Meta: branch on the
+    code, not on the HTTP status)."""
     table = _table(provider)
+    if code is not None and subcode is not None and (provider, code, subcode) in SUBCODES:
+        return SUBCODES[(provider, code, subcode)].failure_class
     if code is not None:
         known = table.get(code)
         return known.failure_class if known else NEEDS_HUMAN
@@ -264,7 +317,13 @@ ACTIONABLE_ORDER: tuple[DeadLetterGroup, ...] = (
     DeadLetterGroup(
         "window_closed",
         PERMANENT,
-        {"whatsapp": frozenset({131047}), "twilio": frozenset({63016})},
+        # Messenger's code 10 is `permanent` only with its window subcode (2018278).
+        {
+            "whatsapp": frozenset({131047}),
+            "twilio": frozenset({63016}),
+            "messenger": frozenset({10}),
+            "instagram": frozenset({10}),
+        },
     ),
     DeadLetterGroup("unknown_code", NEEDS_HUMAN),
 )

@@ -77,10 +77,17 @@ class DeadLetterRow:
         return bool(self.message.had_unknown_outcome)
 
 
-def advice(provider: str, failure_class: str | None, code: object) -> tuple[str, str]:
-    """What the failure means and what a person should do, from the classification table."""
+def advice(
+    provider: str, failure_class: str | None, code: object, subcode: object = None
+) -> tuple[str, str]:
+    """What the failure means and what a person should do, from the classification table
+    (with the subcode where it changes the meaning: Messenger's 10 / 2018278)."""
     try:
-        known = describe(provider, code if isinstance(code, int) else None)
+        known = describe(
+            provider,
+            code if isinstance(code, int) else None,
+            subcode if isinstance(subcode, int) else None,
+        )
     except UnknownProviderCodesError:
         known = None
     if failure_class == "exhausted":
@@ -119,8 +126,9 @@ def _after(cursor: Cursor) -> ColumnElement[bool]:
 def _row(
     session: Session, message: Message, tenant_name: str, provider: str, account: str
 ) -> DeadLetterRow:
+    error = message.last_error or {}
     meaning, action = advice(
-        provider, message.failure_class, (message.last_error or {}).get("code")
+        provider, message.failure_class, error.get("code"), error.get("subcode")
     )
     return DeadLetterRow(
         message=message,

@@ -338,6 +338,7 @@ class NewMessage:
     body_text: str | None = None
     template: dict[str, Any] | None = None
     idempotency_key: str | None = None
+    tag: str | None = None  # Messenger / Instagram message tag (HUMAN_AGENT)
 
 
 def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Message, bool]:
@@ -353,6 +354,7 @@ def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Me
         "lane": new.lane,
         "body_text": new.body_text,
         "template": new.template,
+        "tag": new.tag,
         "idempotency_key": new.idempotency_key,
         "fingerprint": new.fingerprint,
         "status": Status.QUEUED.value,

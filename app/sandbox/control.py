@@ -10,6 +10,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.sandbox.faults import describe_faults
+from app.sandbox.page_control import PageControl
+from app.sandbox.pages import PagesState
 from app.sandbox.poster import Delivery, WebhookPoster
 from app.sandbox.state import NumberSettings, SandboxState
 from app.sandbox.webhooks import encode, envelope, inbound_value
@@ -44,9 +46,12 @@ class Request:
 
 
 class ControlApi:
-    def __init__(self, state: SandboxState, poster: WebhookPoster) -> None:
+    def __init__(
+        self, state: SandboxState, poster: WebhookPoster, pages: PagesState | None = None
+    ) -> None:
         self.state = state
         self.poster = poster
+        self.pages = pages or PagesState()
         number = r"/_sandbox/numbers/(?P<id>[^/]+)"
         self.routes: list[tuple[str, re.Pattern[str], Callable[[Request], tuple[int, JSON]]]] = [
             ("GET", re.compile(r"/_sandbox/health"), self.health),
@@ -60,6 +65,7 @@ class ControlApi:
             ("POST", re.compile(number + "/inbound"), self.post_inbound),
             ("GET", re.compile(r"/_sandbox/requests"), self.list_requests),
             ("GET", re.compile(r"/_sandbox/webhooks"), self.list_webhooks),
+            *PageControl(self.pages, poster, ControlError).routes(),
         ]
 
     def handle(self, method: str, path: str, query: dict[str, str], raw: bytes) -> tuple[int, JSON]:
@@ -88,6 +94,7 @@ class ControlApi:
     def reset(self, request: Request) -> tuple[int, JSON]:
         self.poster.clear()
         self.state.reset()
+        self.pages.reset()
         return 200, {"status": "reset"}
 
     def list_numbers(self, request: Request) -> tuple[int, JSON]:

@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from app.sandbox.control import ControlApi
 from app.sandbox.errors import error_body
+from app.sandbox.pages import PagesState, handle_page_send
 from app.sandbox.poster import WebhookPoster
 from app.sandbox.state import SandboxState
 from app.sandbox.whatsapp import Reply, handle_send
@@ -34,7 +35,8 @@ class SandboxServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.state = SandboxState()
         self.poster = WebhookPoster(on_result=self.state.log_webhook)
-        self.control = ControlApi(self.state, self.poster)
+        self.pages = PagesState()
+        self.control = ControlApi(self.state, self.poster, self.pages)
         # Set on stop: hanging handlers wake up and drop their connection instead of
         # keeping the process (or a test) alive for hang_seconds.
         self.stopping = threading.Event()
@@ -127,7 +129,12 @@ class _Handler(BaseHTTPRequestHandler):
             details = f"Unknown path components: {url.path}"
             self._answer(400, error_body(100, details))
             return
-        reply = handle_send(sandbox.state, match["id"], dict(self.headers.items()), raw)
+        if sandbox.pages.knows(match["id"]):  # a Page or Instagram account: the Send API
+            reply = handle_page_send(
+                sandbox.pages, sandbox.state, match["id"], dict(self.headers.items()), raw
+            )
+        else:
+            reply = handle_send(sandbox.state, match["id"], dict(self.headers.items()), raw)
         if reply.webhooks is not None:
             sandbox.poster.schedule(reply.webhooks, reply.webhook_delay)
         self._deliver(reply)

@@ -29,6 +29,7 @@ from app.sendrequest import (
     RequestError,
     fingerprint,
     normalise_recipient,
+    page_refusal,
     parse_send_request,
 )
 from app.views.body import BodyError, parse_json, read_body
@@ -68,6 +69,7 @@ def message_json(message: Message) -> dict[str, Any]:
         "lane": message.lane,
         "identity_id": message.identity_id,
         "to": message.recipient,
+        "tag": message.tag,
         "idempotency_key": message.idempotency_key,
         "provider_message_id": message.provider_message_id,
         "attempts": message.attempt,
@@ -125,6 +127,9 @@ def create() -> ResponseReturnValue:
                 "cannot send through yet; nothing was stored",
                 field="identity_id",
             )
+        refusal = page_refusal(identity.provider, send)
+        if refusal is not None:
+            return json_error(422, refusal[1], field=refusal[0])
         try:
             recipient = normalise_recipient(identity.provider, send.to)
         except RequestError as exc:
@@ -142,6 +147,7 @@ def create() -> ResponseReturnValue:
                 body_text=send.text,
                 template=send.template.model_dump() if send.template else None,
                 idempotency_key=send.idempotency_key,
+                tag=send.tag,
             ),
             now,
         )

@@ -27,7 +27,10 @@ def _story(message_id: int) -> MessageStory:
 def _context(story: MessageStory) -> dict[str, object]:
     error = story.message.last_error or {}
     meaning, action = advice(
-        story.identity.provider, story.message.failure_class, error.get("code")
+        story.identity.provider,
+        story.message.failure_class,
+        error.get("code"),
+        error.get("subcode"),
     )
     return {
         "story": story,

@@ -47,8 +47,13 @@ def _message_schema() -> dict[str, Any]:
             },
             "lane": {"type": "string", "enum": ["reply", "campaign"]},
             "identity_id": {"type": "integer"},
-            "to": {"type": "string", "description": "E.164 digits, or a Page-scoped user id"},
+            "to": {
+                "type": "string",
+                "description": "E.164 digits (WhatsApp, Twilio), or the PSID / IGSID "
+                "(Messenger, Instagram)",
+            },
             "idempotency_key": {"type": ["string", "null"]},
+            "tag": {"type": ["string", "null"], "description": "Messenger / Instagram tag"},
             "provider_message_id": {"type": ["string", "null"]},
             "attempts": {"type": "integer", "description": "provider calls in this cycle"},
             "cycle": {"type": "integer", "description": "1, plus one per operator requeue"},
@@ -68,6 +73,58 @@ def _message_schema() -> dict[str, Any]:
             },
             "created_at": timestamp,
         },
+    }
+
+
+def _messenger_webhook() -> dict[str, Any]:
+    """`/webhooks/messenger`: Messenger (`object: page`) and Instagram (`object: instagram`)."""
+    return {
+        "/webhooks/messenger": {
+            "get": {
+                "summary": "Meta's subscription handshake for Messenger and Instagram",
+                "operationId": "messengerHandshake",
+                "security": [],
+                "parameters": [
+                    {"name": name, "in": "query", "required": True, "schema": {"type": "string"}}
+                    for name in ("hub.mode", "hub.verify_token", "hub.challenge")
+                ],
+                "responses": {
+                    "200": {"description": "The challenge, echoed as text/plain."},
+                    "403": {
+                        "description": "Not a subscription, or not the verify token of a "
+                        "Messenger or Instagram identity."
+                    },
+                },
+            },
+            "post": {
+                "summary": "Messenger / Instagram webhooks (for the provider)",
+                "description": "Signed with `X-Hub-Signature-256` (HMAC-SHA256 of the raw "
+                "body with the app secret of every Page or Instagram account `entry[].id` "
+                "names). Echoes of our sends, deliveries and reads (by `mids`, or by "
+                "watermark: every message of that thread sent at or before it), Instagram's "
+                "`messaging_seen`, and customers' messages (which open their 24-hour "
+                "window). Every correctly signed delivery is acknowledged.",
+                "operationId": "messengerWebhook",
+                "security": [],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+                "responses": {
+                    "200": {"description": "Stored and applied (counts in `results`)."},
+                    "202": {"description": "Signed, but not a shape Ratchet understands."},
+                    "400": _error(
+                        "Not JSON, `object` neither `page` nor `instagram`, or names no "
+                        "identity (or more than 100)."
+                    ),
+                    "401": _error(
+                        "No identity it names is known, or the signature does not match "
+                        "(one answer for both)."
+                    ),
+                    "413": _error("The body is larger than 1 MiB, however it is framed."),
+                },
+            },
+        }
     }
 
 
@@ -135,8 +192,10 @@ def document() -> dict[str, Any]:
                         "422": {
                             "description": "The identity is not one of yours (or no identity "
                             "could have that id), its provider is not one Ratchet can send "
-                            "through yet, or the key was already used for a different request "
-                            "(`existing_id` names the message it created).",
+                            "through yet, a template for a Messenger or Instagram identity "
+                            "(they take `text`), a `tag` for a WhatsApp identity, or the key "
+                            "was already used for a different request (`existing_id` names "
+                            "the message it created).",
                             "content": {
                                 "application/json": {
                                     "schema": {"$ref": "#/components/schemas/ConflictError"}
@@ -228,6 +287,7 @@ def document() -> dict[str, Any]:
                     },
                 },
             },
+            **_messenger_webhook(),
             "/healthz": {
                 "get": {
                     "summary": "Liveness (internal): the process is up",

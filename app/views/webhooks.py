@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
@@ -32,7 +34,13 @@ from app.crypto import get_box
 from app.db import get_db
 from app.providers import get_provider
 from app.providers.base import Provider, WebhookBatch, WebhookFormatError
-from app.reconcile import InboundMessage, StatusesRefusedError, apply_recorded, record_delivery
+from app.reconcile import (
+    InboundMessage,
+    StatusesRefusedError,
+    apply_recorded,
+    record_delivery,
+    watermark_statuses,
+)
 from app.repo.identities import identities_with_verify_token
 from app.repo.inbox import IncomingStatus
 from app.repo.routing import RoutedIdentity, routed_identities
@@ -64,6 +72,18 @@ def whatsapp_delivery() -> ResponseReturnValue:
     return receive(get_provider("whatsapp"))
 
 
+@bp.get("/messenger")
+def messenger_handshake() -> ResponseReturnValue:
+    return _handshake(META_PROVIDERS["messenger"])
+
+
+@bp.post("/messenger")
+def messenger_delivery() -> ResponseReturnValue:
+    # One endpoint for both: the envelope's `object` says whose delivery it is.
+    by_object = {"page": get_provider("messenger"), "instagram": get_provider("instagram")}
+    return receive(by_object["page"], by_object=by_object)
+
+
 def _handshake(providers: tuple[str, ...]) -> ResponseReturnValue:
     """Meta's subscription check: echo the challenge only for a known verify token."""
     mode = request.args.get("hub.mode")
@@ -78,13 +98,18 @@ def _handshake(providers: tuple[str, ...]) -> ResponseReturnValue:
     return Response(challenge, status=200, mimetype="text/plain")
 
 
-def receive(provider: Provider) -> ResponseReturnValue:
+def receive(
+    provider: Provider, by_object: Mapping[str, Provider] | None = None
+) -> ResponseReturnValue:
+    """`by_object`: the endpoint serves several providers, told apart by `object`."""
     config: Config = current_app.config["RATCHET"]
     raw = read_body(config.max_webhook_body)
     try:
         payload = parse_json(raw)
         if not isinstance(payload, dict):
             raise WebhookFormatError("the body is not a JSON object")
+        if by_object is not None:
+            provider = _provider_by_object(by_object, payload)
         routing_ids = provider.routing_ids(payload)
     except (BodyError, WebhookFormatError) as exc:
         return json_error(400, f"not a {provider.name} webhook: {exc}")
@@ -127,6 +152,9 @@ def receive(provider: Provider) -> ResponseReturnValue:
             inbound: list[InboundMessage] = []
             if batch is not None:
                 incoming, unstorable = _storable(_incoming(provider, batch, ids))
+                if batch.watermarks:
+                    # Messenger's receipts without mids: the covered messages of each thread.
+                    incoming += watermark_statuses(session, provider.name, batch.watermarks, ids)
                 inbound = [
                     InboundMessage(ids[item.routing_id], item.sender, item.provider_time)
                     for item in batch.inbound
@@ -206,6 +234,14 @@ def _storable(statuses: list[IncomingStatus]) -> tuple[list[IncomingStatus], int
         if all(_fits(getattr(status, name), width) for name, width in STATUS_LIMITS.items())
     ]
     return kept, len(statuses) - len(kept)
+
+
+def _provider_by_object(by_object: Mapping[str, Provider], payload: dict[str, Any]) -> Provider:
+    provider = by_object.get(str(payload.get("object")))
+    if provider is None:
+        known = " or ".join(repr(name) for name in by_object)
+        raise WebhookFormatError(f"'object' is {payload.get('object')!r}, not {known}")
+    return provider
 
 
 def _verified(provider: Provider, raw: bytes, identities: list[RoutedIdentity]) -> bool:

@@ -126,14 +126,14 @@ def test_an_identity_of_a_provider_not_built_yet_holds_its_messages_with_that_re
         # A row the CLI no longer creates (written by hand, or by an older version).
         identity = session.get(Identity, world.identity_id)
         assert identity is not None
-        identity.provider = "messenger"
+        identity.provider = "telegram"
     message_id = make_message(db, world)
     outcome, _ = send_one(db, BOX, CONFIG, message_id, lambda: at(1))
     assert outcome.startswith("held")
     with db.transaction() as session:
         identity = get_identity(session, world.identity_id)
         assert identity is not None and identity.paused_at is not None
-        assert "cannot send through messenger yet" in (identity.paused_reason or "")
+        assert "cannot send through telegram yet" in (identity.paused_reason or "")
     assert attempts_of(db, message_id) == 0
 
 

@@ -181,8 +181,7 @@ def test_numbers_with_different_non_ascii_secrets_in_one_delivery_are_401(
 
 @pytest.mark.parametrize("provider", ["messenger", "instagram"])
 def test_a_page_scoped_recipient_with_a_trailing_newline_is_refused(provider: str) -> None:
-    # `$` in a regex also matches before a final newline: the id must match whole. (Called
-    # directly: no identity of these providers can be created yet.)
+    # `$` in a regex also matches before a final newline: the id must match whole.
     assert normalise_recipient(provider, "psid_123") == "psid_123"
     with pytest.raises(RequestError) as refused:
         normalise_recipient(provider, "psid_123\n")

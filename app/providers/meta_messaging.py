@@ -1,0 +1,374 @@
+"""Messenger and Instagram: the Send API with a Page token, its answers, and the webhook.
+
+Facts from Meta's Messenger Platform documentation (Send API reference, webhook events
+reference, common error codes) and the Instagram Messaging webhooks page. One module for
+both: they share the Send API, the error codes and the webhook envelope, and differ in the
+envelope's `object` (`page` / `instagram`) and in how a read arrives (`read.watermark` on
+Messenger, `messaging_seen` on Instagram). Translates and talks HTTP (through `http.py`);
+knows nothing of the database or the queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from . import classification
+from .base import (
+    Credentials,
+    FailureClass,
+    InboundMessage,
+    OutboundMessage,
+    ProviderError,
+    SendResult,
+    StatusUpdate,
+    Watermark,
+    WebhookBatch,
+    WebhookFormatError,
+)
+from .http import HttpAnswer, TransportError, parse_retry_after, post_json
+
+SIGNATURE_HEADER = "x-hub-signature-256"
+SIGNATURE_PREFIX = "sha256="
+# The tags this issue supports: a human agent's reply up to 7 days after the customer's
+# last message (Messenger and Instagram alike).
+TAGS = frozenset({"HUMAN_AGENT"})
+MAX_METADATA = 1000  # the Send API's `message.metadata`, echoed back in message_echoes
+
+_TITLE_IN_MESSAGE = re.compile(r"^\(#\d+\)\s*(.+)$", re.DOTALL)
+
+
+class MetaMessagingProvider:
+    """One of the two: `MetaMessagingProvider("messenger", "page")` or
+    `MetaMessagingProvider("instagram", "instagram")` (the envelope's `object`)."""
+
+    def __init__(self, name: str, object_name: str) -> None:
+        self.name = name
+        self.object_name = object_name
+
+    # 1. Sending
+
+    def send(
+        self, credentials: Credentials, message: OutboundMessage, *, timeout: float
+    ) -> SendResult:
+        deadline = time.monotonic() + timeout
+        url = f"{credentials.base_url.rstrip('/')}/{credentials.account_id}/messages"
+        headers = {
+            # The Graph API takes the token as a Bearer header as well as `access_token`;
+            # the header keeps it out of URLs, and so out of access logs.
+            "Authorization": f"Bearer {credentials.token}",
+            "Idempotency-Key": message.provider_key,
+            "Accept": "application/json",
+        }
+        try:
+            body = build_body(message)
+        except ValueError as exc:
+            # A template or an unknown tag never reaches here past the API; if one does,
+            # it is a definite refusal of ours, not the provider's.
+            error = ProviderError(provider=self.name, title="not sendable", message=str(exc))
+            return SendResult(failure=FailureClass.PERMANENT, error=error)
+        try:
+            answer = post_json(url, body, headers, deadline)
+        except TransportError as exc:
+            error = ProviderError(provider=self.name, title=type(exc).__name__, raw=exc.description)
+            return SendResult(
+                failure=FailureClass.UNKNOWN, error=error, outcome_known=not exc.request_sent
+            )
+        return self._read_answer(answer)
+
+    def _read_answer(self, answer: HttpAnswer) -> SendResult:
+        document = _json_or_none(answer.text)
+        if 200 <= answer.status < 300:
+            message_id = _message_id(document)
+            if message_id is not None and not answer.truncated:
+                return SendResult(
+                    provider_message_id=message_id,
+                    http_status=answer.status,
+                    response_body=answer.text,
+                )
+        error = parse_error(self.name, answer.status, answer.text, document)
+        failure = classification.classify(self.name, answer.status, error.code, error.subcode)
+        return SendResult(
+            failure=failure,
+            error=error,
+            retry_after=parse_retry_after(answer.headers.get("retry-after")),
+            http_status=answer.status,
+            response_body=answer.text,
+            outcome_known=failure is not FailureClass.UNKNOWN,
+        )
+
+    def classify(self, http_status: int | None, code: int | None) -> FailureClass:
+        return classification.classify(self.name, http_status, code)
+
+    # 2. Webhooks
+
+    def routing_ids(self, payload: dict[str, Any]) -> list[str]:
+        found: dict[str, None] = {}
+        for e, entry in enumerate(self._entries(payload)):
+            found.setdefault(_required_str(entry, "id", f"entry[{e}]"))
+        return list(found)
+
+    def verify_signature(self, raw_body: bytes, headers: Mapping[str, str], secret: str) -> bool:
+        """`X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body, app secret>`,
+        as for WhatsApp (Meta's webhooks docs; for Messenger marked unverified in
+        PROVIDERS.md section 2). The legacy SHA-1 header alone is not accepted."""
+        if not secret:
+            return False
+        received = _header(headers, SIGNATURE_HEADER)
+        if received is None or not received.startswith(SIGNATURE_PREFIX):
+            return False
+        expected = hmac.new(secret.encode("utf-8"), raw_body, hashlib.sha256).hexdigest()
+        given = received[len(SIGNATURE_PREFIX) :].strip().lower().encode("utf-8", "replace")
+        return hmac.compare_digest(expected.encode("ascii"), given)
+
+    def parse_webhook(self, payload: dict[str, Any]) -> WebhookBatch:
+        """Every event of every entry: deliveries and reads (by mid, or as a watermark),
+        and inbound messages (echoes of our own sends are not inbound)."""
+        batch = WebhookBatch()
+        for e, entry in enumerate(self._entries(payload)):
+            path = f"entry[{e}]"
+            routing_id = _required_str(entry, "id", path)
+            for i, event in enumerate(_list(entry, "messaging", path)):
+                self._event(batch, routing_id, _object(event, f"{path}.messaging[{i}]"), path, i)
+        return batch
+
+    def _event(
+        self, batch: WebhookBatch, routing_id: str, event: dict[str, Any], path: str, i: int
+    ) -> None:
+        where = f"{path}.messaging[{i}]"
+        customer = _party(event, "sender", where)
+        message = event.get("message")
+        if isinstance(message, dict) and message.get("is_echo"):
+            # Our Page sent a message (message_echoes; on Instagram, `messages` with
+            # is_echo): Meta has it, which is our `sent`. It carries back the `metadata` we
+            # sent, our correlation id, so an answer lost on the wire is matched too.
+            batch.statuses.append(
+                StatusUpdate(
+                    routing_id=routing_id,
+                    provider_message_id=_required_str(message, "mid", f"{where}.message"),
+                    status="sent",
+                    provider_time=_ms_time(event.get("timestamp"), f"{where}.timestamp"),
+                    recipient=_party(event, "recipient", where),
+                    correlation_id=_str(message.get("metadata")),
+                    raw=event,
+                )
+            )
+            return
+        if "delivery" in event:
+            delivery = _object(event["delivery"], f"{where}.delivery")
+            self._receipt(batch, routing_id, customer, "delivered", delivery, event, where)
+        elif "read" in event:
+            # Messenger's message_reads: `read.watermark`; Instagram's messaging_seen:
+            # `read.mid` (the shape PROVIDERS.md marks unverified; a watermark is taken too).
+            read = _object(event["read"], f"{where}.read")
+            self._receipt(batch, routing_id, customer, "read", read, event, where)
+        elif "message" in event:
+            message = _object(message, f"{where}.message")
+            batch.inbound.append(
+                InboundMessage(
+                    routing_id=routing_id,
+                    sender=customer,
+                    provider_message_id=_required_str(message, "mid", f"{where}.message"),
+                    provider_time=_ms_time(event.get("timestamp"), f"{where}.timestamp"),
+                    raw=event,
+                )
+            )
+        # Postbacks, reactions, referrals, optins: no status of ours to apply.
+
+    def _receipt(
+        self,
+        batch: WebhookBatch,
+        routing_id: str,
+        customer: str,
+        status: str,
+        receipt: dict[str, Any],
+        event: dict[str, Any],
+        where: str,
+    ) -> None:
+        mids = _list(receipt, "mids", where)
+        single = receipt.get("mid")
+        if single is not None:
+            mids = [*mids, single]
+        watermark = receipt.get("watermark")
+        when = event.get("timestamp", watermark)
+        if mids:
+            provider_time = _ms_time(when, f"{where}.timestamp")
+            for j, mid in enumerate(mids):
+                if not isinstance(mid, str) or not mid:
+                    raise WebhookFormatError(f"{where}.mids[{j}] is not a message id")
+                batch.statuses.append(
+                    StatusUpdate(
+                        routing_id=routing_id,
+                        provider_message_id=mid,
+                        status=status,
+                        provider_time=provider_time,
+                        recipient=customer,
+                        correlation_id=None,
+                        raw=event,
+                    )
+                )
+            return
+        if watermark is None:
+            raise WebhookFormatError(f"{where}: a {status} receipt with neither mids nor watermark")
+        watermark_ms = _ms(watermark, f"{where}.watermark")
+        batch.watermarks.append(
+            Watermark(
+                routing_id=routing_id,
+                recipient=customer,
+                status=status,
+                watermark_ms=watermark_ms,
+                provider_time=_ms_time(when, f"{where}.timestamp"),
+                raw=event,
+            )
+        )
+
+    def _entries(self, payload: Any) -> list[dict[str, Any]]:
+        if not isinstance(payload, dict) or payload.get("object") != self.object_name:
+            raise WebhookFormatError(
+                f"not a {self.name} webhook: 'object' is not {self.object_name!r}"
+            )
+        entries = payload.get("entry")
+        if not isinstance(entries, list):
+            raise WebhookFormatError(f"not a {self.name} webhook: 'entry' is not a list")
+        return [_object(entry, f"entry[{e}]") for e, entry in enumerate(entries)]
+
+
+def build_body(message: OutboundMessage) -> dict[str, Any]:
+    """The JSON of `POST /{page-id}/messages` (Send API reference): text only.
+
+    `messaging_type` is RESPONSE (a reply inside the customer's window) unless a tag is
+    given, which sends MESSAGE_TAG with it. Outside the window the Send API answers
+    code 10 with subcode 2018278, which the classification makes `permanent`.
+    """
+    if message.template is not None:
+        raise ValueError("Messenger and Instagram take text only here, not a template")
+    if len(message.correlation_id) > MAX_METADATA:
+        raise ValueError(f"correlation id longer than {MAX_METADATA} characters")
+    body: dict[str, Any] = {
+        "recipient": {"id": message.recipient},
+        "messaging_type": "RESPONSE",
+        # `metadata` comes back in the echo of this message: our correlation id.
+        "message": {"text": message.body_text, "metadata": message.correlation_id},
+    }
+    if message.tag is not None:
+        if message.tag not in TAGS:
+            raise ValueError(f"unsupported message tag {message.tag!r}")
+        body["messaging_type"] = "MESSAGE_TAG"
+        body["tag"] = message.tag
+    return body
+
+
+def parse_error(provider: str, http_status: int | None, text: str, document: Any) -> ProviderError:
+    """The Graph error object, verbatim: `{"error": {"message", "type", "code",
+    "error_subcode", "error_data", "fbtrace_id"}}`; any other body is kept in `raw`."""
+    error = document.get("error") if isinstance(document, dict) else None
+    if not isinstance(error, dict):
+        return ProviderError(provider=provider, http_status=http_status, raw=text)
+    message = _str(error.get("message"))
+    title = _str(error.get("error_user_title"))
+    if title is None and message is not None:
+        match = _TITLE_IN_MESSAGE.match(message)
+        title = match.group(1).strip() if match else None
+    error_data = error.get("error_data")
+    details = _str(error_data.get("details")) if isinstance(error_data, dict) else _str(error_data)
+    return ProviderError(
+        provider=provider,
+        http_status=http_status,
+        code=_int(error.get("code")),
+        subcode=_int(error.get("error_subcode")),
+        title=title,
+        message=message,
+        details=details,
+        trace_id=_str(error.get("fbtrace_id")),
+        raw=text,
+    )
+
+
+def _message_id(document: Any) -> str | None:
+    """`{"recipient_id": "...", "message_id": "..."}` (Send API reference)."""
+    if not isinstance(document, dict):
+        return None
+    message_id = document.get("message_id")
+    return message_id if isinstance(message_id, str) and message_id else None
+
+
+def _party(event: Mapping[str, Any], key: str, where: str) -> str:
+    party = _object(event.get(key), f"{where}.{key}")
+    return _required_str(party, "id", f"{where}.{key}")
+
+
+def _ms(value: Any, path: str) -> int:
+    if isinstance(value, bool):
+        raise WebhookFormatError(f"{path} is not milliseconds: {value!r}")
+    try:
+        ms = int(str(value))
+    except (TypeError, ValueError) as exc:
+        raise WebhookFormatError(f"{path} is not milliseconds: {value!r}") from exc
+    if not 0 <= ms < 10**14:  # beyond the year 5000: no real watermark
+        raise WebhookFormatError(f"{path} is not milliseconds since 1970: {value!r}")
+    return ms
+
+
+def _ms_time(value: Any, path: str) -> datetime:
+    """Meta's Messenger timestamps and watermarks: milliseconds since the epoch."""
+    return datetime.fromtimestamp(_ms(value, path) / 1000, UTC)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    direct = headers.get(name)
+    if direct is not None:
+        return direct
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return None
+
+
+def _object(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise WebhookFormatError(f"{path} is not an object")
+    return value
+
+
+def _list(container: Mapping[str, Any], key: str, path: str) -> list[Any]:
+    value = container.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise WebhookFormatError(f"{path}.{key} is not a list")
+    return value
+
+
+def _required_str(raw: Mapping[str, Any], key: str, path: str) -> str:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        raise WebhookFormatError(f"{path}.{key} missing")
+    return str(value)
+
+
+def _str(value: Any) -> str | None:
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    return str(value)
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
