@@ -137,13 +137,21 @@ def delivered(env: Env) -> int:
         return len(list(rows))
 
 
-def one_episode_seen(env: Env, receiver: Receiver, tmp_path: Path) -> None:
+def one_episode_seen(
+    env: Env, receiver: Receiver, tmp_path: Path, ready: Callable[[], bool] | None = None
+) -> None:
     """The lane recovers under a second sweeper; the receiver sees one episode."""
-    second = start_sweeper(env, receiver.url, tmp_path / "second.log")
+    log = tmp_path / "second.log"
+    second = start_sweeper(env, receiver.url, log)
     try:
-        time.sleep(1.5)  # several passes while the lane is still stuck
+        wait_until(lambda: "sweeper starting" in log.read_text())
+        if ready is not None:
+            wait_until(ready)
+        time.sleep(1.0)  # several passes while the lane is still stuck
         work_campaign_lane()  # the workers return; the second sweeper sees it clear
         wait_until(lambda: any(i.endswith(".cleared") for i in receiver.accepted_ids()))
+    except AssertionError:
+        raise AssertionError((tmp_path / "second.log").read_text()[-3000:]) from None
     finally:
         stop(second)
     ids = set(receiver.accepted_ids())
@@ -182,4 +190,7 @@ def test_a_sweeper_killed_while_the_database_refused_writes_posts_the_same_id_ag
         finally:
             stop(first, signal.SIGKILL)  # ...and killed before it could store it
     assert "could not be stored" in (tmp_path / "first.log").read_text()
-    one_episode_seen(env, receiver, tmp_path)
+    # The second sweeper stores the episode under the id the first derived, and posts it
+    # again under that id (the receiver drops the repeat).
+    one_episode_seen(env, receiver, tmp_path, ready=lambda: len(receiver.accepted()) == 2)
+    assert receiver.posts[0].alert_id == receiver.posts[1].alert_id
