@@ -312,7 +312,8 @@ def _dwell(session: Session, config: Config, now: datetime, identities: list[Any
                 lane=None,
                 firing=dwelling > 0,
                 summary=(
-                    f"{_name(identity)}: {dwelling} messages sent more than "
+                    f"{_name(identity)}: {dwelling} message{'' if dwelling == 1 else 's'} "
+                    "sent more than "
                     f"{config.alert_dwell_hours:g} h ago and never delivered"
                 ),
                 figures={
