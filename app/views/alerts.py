@@ -26,6 +26,18 @@ def _firing_in_scope() -> list[FiringAlert]:
         return firing_alerts(session, tenant_scope())
 
 
+@bp.app_template_filter("figure")
+def figure(value: object) -> str:
+    """An alert's figure as a person reads it: whole seconds, yes/no, UTC times."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.0f}" if abs(value) >= 10 else f"{value:.2g}"
+    if isinstance(value, str) and len(value) >= 19 and value[4] == "-" and value[10] == "T":
+        return value[:10] + " " + value[11:19] + " UTC"
+    return str(value)
+
+
 @bp.app_context_processor
 def _banner_context() -> dict[str, Callable[[], list[FiringAlert]] | dict[str, str]]:
     """`alerts_firing()` for base.html's banner: called only when a whole page renders."""
