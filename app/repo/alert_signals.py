@@ -144,7 +144,7 @@ def _stuck(session: Session, config: Config, now: datetime, identities: list[Any
             why = (
                 f"identity paused: {identity.paused_reason or 'no reason given'}"
                 if paused
-                else "no worker has claimed anything"
+                else "is a worker running for this lane?"
             )
             summary = (
                 f"{_name(identity)}, {lane} lane: {due} due, the oldest waiting "

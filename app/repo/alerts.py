@@ -239,3 +239,16 @@ def mark_post_failed(
 def undelivered_posts(session: Session) -> list[AlertPost]:
     query = select(AlertPost).where(AlertPost.delivered_at.is_(None)).order_by(AlertPost.id)
     return list(session.scalars(query))
+
+
+def set_stuck_after(session: Session, identity_id: int, seconds: float | None) -> bool:
+    """An identity's own stuck-queue threshold (None: the installation's); False if no
+    such identity."""
+    changed = rows_changed(
+        session,
+        update(Identity)
+        .where(Identity.id == identity_id)
+        .values(stuck_after=seconds)
+        .execution_options(synchronize_session=False),
+    )
+    return changed == 1
