@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from app.config import Config
 from app.db import Database
@@ -196,6 +196,10 @@ class AlertEvaluator:
                     figures=reading.figures,
                     payload=payload,
                 )
+        except IntegrityError:
+            # Another evaluator opened this episode first (one open episode per alert).
+            log.info("alert %s was opened by another evaluator", reading.alert_key)
+            return
         except SQLAlchemyError as exc:
             log.error(
                 "ALERT %s could not be stored (%s); posting it now and storing it when the "
@@ -301,6 +305,11 @@ class AlertEvaluator:
                             payload=pending.payloads.get(repo.CLEARED),
                             posted_at=posted_at if cleared_post in pending.posted else None,
                         )
+            except IntegrityError:
+                # Another evaluator stored this episode meanwhile: it owns it now.
+                log.info("alert %s was stored by another evaluator", alert_key)
+                del self.unrecorded[alert_key]
+                continue
             except SQLAlchemyError as exc:
                 log.warning(
                     "alert %s still not stored (%s); next pass tries again",

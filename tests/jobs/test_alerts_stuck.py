@@ -275,3 +275,24 @@ def test_a_scheduled_retry_does_not_fire(env: Env, evaluator: AlertEvaluator) ->
     # Once due and unclaimed for the threshold, it is stuck.
     evaluator.run(retry_at + timedelta(seconds=threshold + 1))
     assert key in firing(env)
+
+
+def test_an_episode_another_evaluator_stored_first_is_left_to_it(
+    env: Env, evaluator: AlertEvaluator
+) -> None:
+    number = env.number()
+    since = queued_at(env, env.send(number, "15551230008"))
+    key = f"stuck:{number['identity_id']}:campaign"
+    at = since + timedelta(seconds=THRESHOLD + 1)
+    with writes_refused(env):
+        evaluator.run(at)  # fired, kept in memory
+    assert key in evaluator.unrecorded
+    other = AlertEvaluator(env.db, evaluator.config)
+    try:
+        other.run(at + timedelta(seconds=1))  # a second sweeper stores it first
+    finally:
+        other.close()
+    evaluator.run(at + timedelta(seconds=2))
+    assert evaluator.unrecorded == {}
+    with env.db.transaction() as session:
+        assert [a.alert_key for a in firing_alerts(session)].count(key) == 1
