@@ -116,26 +116,31 @@ def _stuck(session: Session, config: Config, now: datetime, identities: list[Any
             .group_by(Message.identity_id, Message.lane)
         )
     }
-    # Progress is a claim: every claim stamps `last_attempt_at` (ix_messages_last_claim).
-    claims = {
-        (row.identity_id, row.lane): row.last_claim
-        for row in session.execute(
-            select(
-                Message.identity_id,
-                Message.lane,
-                func.max(Message.last_attempt_at).label("last_claim"),
-            ).group_by(Message.identity_id, Message.lane)
+
+    # Progress is a claim: every claim stamps `last_attempt_at`. One newest-claim lookup
+    # per identity and lane, each a short backward scan of ix_messages_last_claim.
+    def newest_claim(lane: str) -> Any:
+        return (
+            select(func.max(Message.last_attempt_at))
+            .where(Message.identity_id == Identity.id, Message.lane == lane)
+            .scalar_subquery()
         )
-    }
+
+    claims: dict[tuple[int, str], datetime | None] = {}
+    for row in session.execute(
+        select(Identity.id, *(newest_claim(lane).label(lane) for lane in LANES))
+    ):
+        for lane in LANES:
+            claims[(row.id, lane)] = getattr(row, lane)
     readings = []
     for identity in identities:
         threshold = timedelta(
             seconds=identity.stuck_after if identity.stuck_after is not None else config.stuck_after
         )
         for lane in LANES:
-            row = waiting.get((identity.id, lane))
-            due = int(row.due) if row is not None else 0
-            oldest = row.oldest if row is not None else None
+            found = waiting.get((identity.id, lane))
+            due = int(found.due) if found is not None else 0
+            oldest = found.oldest if found is not None else None
             age = None if oldest is None else max(timedelta(0), now - oldest)
             last_claim = claims.get((identity.id, lane))
             idle = None if last_claim is None else max(timedelta(0), now - last_claim)
