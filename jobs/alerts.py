@@ -15,11 +15,7 @@ Each pass:
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import logging
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,57 +27,9 @@ from app.config import Config
 from app.db import Database
 from app.repo import alerts as repo
 from app.repo.alert_signals import KIND_TITLES, Reading, read_alerts
+from jobs.alert_webhook import AlertPoster, backoff, build_payload
 
 log = logging.getLogger(__name__)
-
-SIGNATURE_HEADER = "X-Ratchet-Signature"
-ID_HEADER = "X-Ratchet-Alert-Id"
-POST_TIMEOUT = 5.0
-BACKOFF_BASE, BACKOFF_MAX = 2.0, 600.0
-
-
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """`t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + body>` (docs/alerts.md)."""
-    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return f"t={timestamp},v1={mac.hexdigest()}"
-
-
-def backoff(attempts: int) -> timedelta:
-    return timedelta(seconds=min(BACKOFF_MAX, BACKOFF_BASE * 2 ** max(attempts - 1, 0)))
-
-
-def build_payload(
-    episode_key: str,
-    transition: str,
-    reading: Reading,
-    fired_at: datetime,
-    fired_figures: dict[str, Any],
-    cleared_at: datetime | None = None,
-    cleared_figures: dict[str, Any] | None = None,
-    dashboard_url: str = "",
-) -> dict[str, Any]:
-    """Slack-compatible (`text`), with the alert itself under `ratchet` for machines."""
-    title = KIND_TITLES.get(reading.kind, reading.kind)
-    mark = "FIRING" if transition == repo.FIRED else "CLEARED"
-    return {
-        "text": f"[{mark}] {title}: {reading.summary}"
-        + (f" <{dashboard_url}/alerts>" if dashboard_url else ""),
-        "ratchet": {
-            "id": repo.post_key(episode_key, transition),
-            "episode": episode_key,
-            "transition": transition,
-            "kind": reading.kind,
-            "alert": reading.alert_key,
-            "tenant_id": reading.tenant_id,
-            "identity_id": reading.identity_id,
-            "lane": reading.lane,
-            "summary": reading.summary,
-            "fired_at": fired_at.isoformat(),
-            "fired_figures": fired_figures,
-            "cleared_at": cleared_at.isoformat() if cleared_at else None,
-            "cleared_figures": cleared_figures,
-        },
-    }
 
 
 @dataclass(slots=True)
@@ -117,7 +65,7 @@ class AlertEvaluator:
     def __init__(self, db: Database, config: Config, http: httpx.Client | None = None) -> None:
         self.db = db
         self.config = config
-        self.http = http
+        self.poster = AlertPoster(config.alert_webhook_url, config.alert_webhook_secret, http)
         self.last_run: datetime | None = None
         # alert_key -> a transition not stored yet (the database refused writes).
         self.unrecorded: dict[str, Unrecorded] = {}
@@ -158,9 +106,7 @@ class AlertEvaluator:
         return Outcome(fired, cleared, posted, len(self.unrecorded))
 
     def close(self) -> None:
-        if self.http is not None:
-            self.http.close()
-            self.http = None
+        self.poster.close()
 
     # Transitions ----------------------------------------------------------------------
 
@@ -328,7 +274,7 @@ class AlertEvaluator:
         for pending in self.unrecorded.values():
             for transition, payload in pending.payloads.items():
                 key = repo.post_key(pending.episode_key, transition)
-                if key not in pending.posted and self._post(key, payload) is None:
+                if key not in pending.posted and self.poster.post(key, payload) is None:
                     pending.posted.add(key)
                     posted += 1
         return posted
@@ -345,7 +291,9 @@ class AlertEvaluator:
         posted = 0
         for post in due:
             error = (
-                None if post.post_key in self.delivered else self._post(post.post_key, post.payload)
+                None
+                if post.post_key in self.delivered
+                else self.poster.post(post.post_key, post.payload)
             )
             try:
                 with self.db.transaction() as session:
@@ -356,7 +304,9 @@ class AlertEvaluator:
                             session, post.id, now, error, now + backoff(post.attempts + 1)
                         )
             except SQLAlchemyError as exc:
-                log.warning("alert post %s: outcome not stored (%s)", post.post_key, exc)
+                log.warning(
+                    "alert post %s: outcome not stored (%s)", post.post_key, type(exc).__name__
+                )
                 if error is None:
                     self.delivered.add(post.post_key)
                 continue
@@ -371,21 +321,3 @@ class AlertEvaluator:
                     error,
                 )
         return posted
-
-    def _post(self, key: str, payload: dict[str, Any]) -> str | None:
-        """POST one alert; None when the receiver took it (2xx), else what went wrong."""
-        if self.http is None:
-            self.http = httpx.Client(timeout=POST_TIMEOUT, follow_redirects=False)
-        body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
-        headers = {
-            "Content-Type": "application/json",
-            ID_HEADER: key,
-            SIGNATURE_HEADER: sign(self.config.alert_webhook_secret, int(time.time()), body),
-        }
-        try:
-            response = self.http.post(self.config.alert_webhook_url, content=body, headers=headers)
-        except httpx.HTTPError as exc:
-            return f"{type(exc).__name__}: {exc}"
-        if 200 <= response.status_code < 300:
-            return None
-        return f"HTTP {response.status_code}: {response.text[:200]}"

@@ -63,9 +63,12 @@ class Receiver:
                             self.headers.get("X-Ratchet-Alert-Id", ""), ok, accept, json.loads(raw)
                         )
                     )
+                # A refusal echoes the path, as many servers' error pages do.
+                answer = b"" if accept else f"no such hook: {self.path}".encode()
                 self.send_response(200 if accept else 500)
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
+                self.wfile.write(answer)
 
             def log_message(self, *_args: Any) -> None:
                 pass

@@ -194,3 +194,24 @@ def test_a_sweeper_killed_while_the_database_refused_writes_posts_the_same_id_ag
     # again under that id (the receiver drops the repeat).
     one_episode_seen(env, receiver, tmp_path, ready=lambda: len(receiver.accepted()) == 2)
     assert receiver.posts[0].alert_id == receiver.posts[1].alert_id
+
+
+def test_a_failed_post_is_stored_and_logged_without_the_hooks_secret_path(
+    env: Env, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    receiver.fail_first = 1
+    evaluator = evaluator_for(env, receiver.url + "/T0001/B0001/path-token-XYZ")
+    number = env.number()
+    since = queued_at(env, env.send(number, "15551240005"))
+    try:
+        evaluator.run(since + timedelta(seconds=THRESHOLD + 1))
+    finally:
+        evaluator.close()
+    with env.db.transaction() as session:
+        (post,) = session.scalars(select(AlertPost))
+    assert post.last_error is not None and "HTTP 500" in post.last_error
+    assert "[alert webhook]" in post.last_error
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "failed (attempt 1)" in logged
+    assert "path-token-XYZ" not in post.last_error + logged
+    assert SECRET not in logged
