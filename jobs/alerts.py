@@ -274,9 +274,14 @@ class AlertEvaluator:
         for pending in self.unrecorded.values():
             for transition, payload in pending.payloads.items():
                 key = repo.post_key(pending.episode_key, transition)
-                if key not in pending.posted and self.poster.post(key, payload) is None:
-                    pending.posted.add(key)
-                    posted += 1
+                if key in pending.posted:
+                    continue
+                error = self.poster.post(key, payload)
+                if error is not None:
+                    log.warning("alert post %s failed: %s; the next pass tries again", key, error)
+                    return posted
+                pending.posted.add(key)
+                posted += 1
         return posted
 
     def _deliver_outbox(self, now: datetime) -> int:
@@ -290,34 +295,34 @@ class AlertEvaluator:
             return 0
         posted = 0
         for post in due:
-            error = (
-                None
-                if post.post_key in self.delivered
-                else self.poster.post(post.post_key, post.payload)
-            )
+            # Posted before, its delivery not stored (writes refused): not posted again.
+            already = post.post_key in self.delivered
+            error = None if already else self.poster.post(post.post_key, post.payload)
             try:
                 with self.db.transaction() as session:
                     if error is None:
                         repo.mark_post_delivered(session, post.id, now)
                     else:
-                        repo.mark_post_failed(
-                            session, post.id, now, error, now + backoff(post.attempts + 1)
-                        )
+                        retry_at = now + backoff(post.attempts + 1)
+                        repo.mark_post_failed(session, post.id, now, error, retry_at)
             except SQLAlchemyError as exc:
                 log.warning(
                     "alert post %s: outcome not stored (%s)", post.post_key, type(exc).__name__
                 )
                 if error is None:
                     self.delivered.add(post.post_key)
-                continue
-            if error is None:
-                posted += post.post_key not in self.delivered
-                self.delivered.discard(post.post_key)
             else:
-                log.warning(
-                    "alert post %s failed (attempt %s): %s; retried with backoff",
-                    post.post_key,
-                    post.attempts + 1,
-                    error,
-                )
+                self.delivered.discard(post.post_key)
+            if error is None:
+                posted += not already
+                continue
+            log.warning(
+                "alert post %s failed (attempt %s): %s; retried with backoff",
+                post.post_key,
+                post.attempts + 1,
+                error,
+            )
+            # The receiver is failing: the rest wait for a later pass rather than holding
+            # up the sweeper for one deadline each.
+            break
         return posted

@@ -215,3 +215,22 @@ def test_a_failed_post_is_stored_and_logged_without_the_hooks_secret_path(
     assert "failed (attempt 1)" in logged
     assert "path-token-XYZ" not in post.last_error + logged
     assert SECRET not in logged
+
+
+def test_a_failing_receiver_costs_a_pass_one_attempt_and_the_rest_follow(
+    env: Env, receiver: Receiver
+) -> None:
+    receiver.fail_first = 1
+    evaluator = evaluator_for(env, receiver.url)
+    number = env.number()
+    since = queued_at(env, env.send(number, "15551240006", lane="campaign"))
+    env.send(number, "15551240007", text="a reply, outside any window", lane="reply")
+    at = since + timedelta(seconds=THRESHOLD + 5)
+    try:
+        outcome = evaluator.run(at)  # both lanes fire; the first post is refused
+        assert len(outcome.fired) == 2
+        assert len(receiver.posts) == 1  # the second waits rather than hold up the pass
+        evaluator.run(at + timedelta(seconds=3))
+    finally:
+        evaluator.close()
+    assert len(set(receiver.accepted_ids())) == 2 and len(receiver.accepted()) == 2
