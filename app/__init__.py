@@ -16,6 +16,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
 
     from app import auth, cli, crypto, db
     from app.views import (
+        alerts,
         api,
         dead_letters,
         errors,
@@ -57,4 +58,5 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(dead_letters.bp)
     app.register_blueprint(messages.bp)
     app.register_blueprint(search.bp)
+    app.register_blueprint(alerts.bp)
     return app

@@ -60,6 +60,18 @@ class Config:
     sweep_interval: float = 2.0
     parked_max_age_days: int = 7
     parked_retry_window: float = 600.0
+    # Alerts (docs/alerts.md); seconds unless named otherwise.
+    alert_interval: float = 10.0  # how often the sweeper evaluates the alerts
+    alert_webhook_url: str = ""  # Slack-compatible JSON posts on firing and clearing
+    alert_webhook_secret: str = ""  # HMAC-SHA256 key the posts are signed with
+    alert_rate_window: float = 3600.0  # the recent sends the delivered rate is taken over
+    alert_rate_settle: float = 600.0  # a send younger than this may not be delivered yet
+    alert_rate_baseline: float = 7 * 86400.0  # the identity's own history before the window
+    alert_rate_drop: float = 0.5  # fires below (1 - drop) x the baseline's delivered rate
+    alert_rate_min_sends: int = 20  # in the window and in the baseline, before it may fire
+    alert_dwell_hours: float = 6.0  # `sent` with no `delivered` for longer than this
+    alert_dead_letters: int = 50  # failed messages per identity within the window below
+    alert_dead_letter_window: float = 600.0
     # Request limits.
     max_api_body: int = 64 * 1024
     max_webhook_body: int = 1024 * 1024
@@ -102,6 +114,17 @@ class Config:
             "pacing_slowdown": env_float(env, "RATCHET_PACING_SLOWDOWN", 60.0),
             "stuck_after": env_float(env, "RATCHET_STUCK_AFTER", 60.0),
             "sweep_interval": env_float(env, "RATCHET_SWEEP_INTERVAL", 2.0),
+            "alert_interval": env_float(env, "RATCHET_ALERT_INTERVAL", 10.0),
+            "alert_webhook_url": env.get("RATCHET_ALERT_WEBHOOK_URL", ""),
+            "alert_webhook_secret": env.get("RATCHET_ALERT_WEBHOOK_SECRET", ""),
+            "alert_rate_window": env_float(env, "RATCHET_ALERT_RATE_WINDOW", 3600.0),
+            "alert_rate_settle": env_float(env, "RATCHET_ALERT_RATE_SETTLE", 600.0),
+            "alert_rate_baseline": env_float(env, "RATCHET_ALERT_RATE_BASELINE", 7 * 86400.0),
+            "alert_rate_drop": env_float(env, "RATCHET_ALERT_RATE_DROP", 0.5),
+            "alert_rate_min_sends": env_int(env, "RATCHET_ALERT_RATE_MIN_SENDS", 20),
+            "alert_dwell_hours": env_float(env, "RATCHET_ALERT_DWELL_HOURS", 6.0),
+            "alert_dead_letters": env_int(env, "RATCHET_ALERT_DEAD_LETTERS", 50),
+            "alert_dead_letter_window": env_float(env, "RATCHET_ALERT_DEAD_LETTER_WINDOW", 600.0),
         }
         config = cls(**values)
         if overrides:
@@ -114,5 +137,10 @@ class Config:
             raise ConfigError(
                 "SECRET_KEY is missing or shorter than 16 characters; "
                 "`make run` generates one into instance/secret_key"
+            )
+        if config.alert_webhook_url and len(config.alert_webhook_secret) < 16:
+            raise ConfigError(
+                "RATCHET_ALERT_WEBHOOK_URL is set but RATCHET_ALERT_WEBHOOK_SECRET is missing or "
+                "shorter than 16 characters: the alert posts are signed with it"
             )
         return config

@@ -103,6 +103,8 @@ class Identity(Base):
     # credentials it was sent with exactly, whatever the clocks say.
     credentials_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime]
+    # The stuck-queue alert's threshold for this identity, seconds (None: RATCHET_STUCK_AFTER).
+    stuck_after: Mapped[float | None] = mapped_column(Float)
 
 
 class Message(Base):
@@ -126,6 +128,10 @@ class Message(Base):
         # Dead letters, actionable first: the rank is a value in SQL, set when it fails.
         Index("ix_messages_dead_letters", "status", "dead_letter_rank", "failed_at", "id"),
         Index("ix_messages_thread", "identity_id", "recipient", "request_started_ms"),
+        # The stuck-queue alert's "no progress": the last claim per identity and lane.
+        Index("ix_messages_last_claim", "identity_id", "lane", "last_attempt_at"),
+        # The delivered-rate and dwell alerts: sends per identity over time.
+        Index("ix_messages_identity_sent_at", "identity_id", "sent_at"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -319,3 +325,56 @@ class SignInAttempt(Base):
     address: Mapped[str] = mapped_column(String(64))
     succeeded: Mapped[bool] = mapped_column(Boolean)
     attempted_at: Mapped[datetime]
+
+
+class AlertEpisode(Base):
+    """One alert from firing to clearing, with the figures at both times.
+
+    `episode_key` is derived from what fired (kind, identity, lane, and the moment the
+    trouble began where the data says it), so an evaluator restarted mid-episode names the
+    same episode the same way. One open episode per alert (`alert_key`) at a time.
+    """
+
+    __tablename__ = "alert_episodes"
+    __table_args__ = (
+        Index(
+            "uq_alert_episodes_open",
+            "alert_key",
+            unique=True,
+            postgresql_where=text("cleared_at IS NULL"),
+            sqlite_where=text("cleared_at IS NULL"),
+        ),
+        Index("ix_alert_episodes_fired_at", "fired_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    episode_key: Mapped[str] = mapped_column(String(64), unique=True)
+    alert_key: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(30))
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
+    identity_id: Mapped[int | None] = mapped_column(ForeignKey("identities.id"))
+    lane: Mapped[str | None] = mapped_column(String(10))
+    summary: Mapped[str] = mapped_column(Text)
+    fired_at: Mapped[datetime]
+    fired_figures: Mapped[dict[str, Any]]
+    cleared_at: Mapped[datetime | None]
+    cleared_figures: Mapped[dict[str, Any] | None]
+
+
+class AlertPost(Base):
+    """The alert webhook's outbox: one row per episode and transition, posted until the
+    receiver answers 2xx, with backoff; `post_key` is the id the receiver deduplicates on."""
+
+    __tablename__ = "alert_posts"
+    __table_args__ = (Index("ix_alert_posts_due", "delivered_at", "next_attempt_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    post_key: Mapped[str] = mapped_column(String(80), unique=True)
+    episode_id: Mapped[int] = mapped_column(ForeignKey("alert_episodes.id"))
+    transition: Mapped[str] = mapped_column(String(10))
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime]
+    delivered_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)

@@ -6,6 +6,10 @@ Every pass (docs/design.md section 2):
    time has come, expired leases, held messages whose identity is active again), skipping
    paused identities; ringing twice is harmless by design;
 3. expire parked statuses no message matched within 7 days.
+
+Every `alert_interval` seconds the loop also evaluates the alerts (`jobs/alerts.py`), in a
+step of its own: it reads only the database, so it runs whether Redis, the workers or the
+database's writes are there or not.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from app.db import Database
 from app.reconcile import apply_webhook_status
 from app.repo.inbox import expire_parked, pending_status_ids
 from app.repo.queue import due_drains
+from jobs.alerts import AlertEvaluator
 from jobs.drain import ring_identity
 
 log = logging.getLogger(__name__)
@@ -87,6 +92,7 @@ def run_sweeper(
     *,
     once: bool = False,
     report: Callable[[str], None] = log.info,
+    alerts: AlertEvaluator | None = None,
 ) -> int:
     """Sweep every `sweep_interval` seconds until SIGTERM or SIGINT; returns passes made."""
     stop = threading.Event()
@@ -97,20 +103,33 @@ def run_sweeper(
 
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     passes = 0
+    evaluator = alerts if alerts is not None else AlertEvaluator(db, config)
     try:
         while not stop.is_set():
+            now = clock()
             try:
-                result = sweep_once(db, config, clock())
+                result = sweep_once(db, config, now)
                 if result.did_anything or once:
                     report(f"sweep: {result.describe()}")
             except Exception:
                 # The database may be down for a moment; the next pass tries again.
                 log.exception("sweep pass failed")
+            # Alerts in their own step: a sweep that failed (Redis down, writes refused)
+            # is exactly when they must still be evaluated.
+            if evaluator.is_due(now):
+                try:
+                    outcome = evaluator.run(now)
+                    if outcome.fired or outcome.cleared or outcome.posted or once:
+                        report(outcome.describe())
+                except Exception:
+                    log.exception("alert evaluation failed; next pass tries again")
             passes += 1
             if once:
                 break
             stop.wait(config.sweep_interval)
     finally:
+        if alerts is None:
+            evaluator.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return passes

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from flask import Flask
 
+from app.cli.alerts import alerts_cli
 from app.cli.operations import message_cli
 from app.cli.processes import demo_command, sandbox_command, sweep_command, worker_command
 from app.cli.setup import db_cli, identity_cli, staff_cli, tenant_cli
@@ -17,3 +18,4 @@ def init_app(app: Flask) -> None:
         app.cli.add_command(group)
     for command in (worker_command, sweep_command, sandbox_command, demo_command):
         app.cli.add_command(command)
+    app.cli.add_command(alerts_cli)

@@ -25,6 +25,8 @@ INTERNAL = {
     "/messages/<int:message_id>/status",
     "/messages/<int:message_id>/requeue",
     "/search",
+    "/alerts",
+    "/alerts/banner",
 }
 
 _ERROR = {"$ref": "#/components/schemas/Error"}

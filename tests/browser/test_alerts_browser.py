@@ -1,0 +1,120 @@
+"""The alert banner in real Chromium: a lane whose workers are stopped fires the stuck-queue
+alert and the banner appears on the open page without a reload; the workers come back (a
+real RQ worker sends through the sandbox provider), the alert clears and the banner goes."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+from rq import SimpleWorker
+
+from app.clock import utcnow
+from app.crypto import SecretBox
+from app.repo.identities import create_identity
+from app.repo.tenants import create_tenant
+from jobs.alerts import AlertEvaluator
+from jobs.drain import ring_identity
+from jobs.queues import get_queue
+
+from ..conftest import SECRET_KEY
+from ..factories import World, make_message
+from ..sandbox.conftest import SandboxProcess, start_sandbox_process, stop_sandbox_process
+from ..views.dashboard_world import PASSWORD, make_staff
+from .conftest import Served, screenshot
+
+pytestmark = pytest.mark.slow
+NUMBER = "5550999000001"
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[SandboxProcess]:
+    process = start_sandbox_process(tmp_path / "sandbox.log")
+    yield process
+    stop_sandbox_process(process)
+
+
+def make_identity(served: Served, sandbox: SandboxProcess) -> World:
+    with httpx.Client(timeout=10) as http:
+        answer = http.post(
+            f"{sandbox.url}/_sandbox/numbers",
+            json={
+                "phone_number_id": NUMBER,
+                "token": "good-token",
+                "app_secret": "sandbox-app-secret",
+                "webhook_url": f"{served.url}/webhooks/whatsapp",
+            },
+        )
+        assert answer.status_code < 300, answer.text
+    with served.db.transaction() as session:
+        tenant, key = create_tenant(session, "acme", utcnow())
+        identity = create_identity(
+            session,
+            SecretBox(SECRET_KEY),
+            tenant_id=tenant.id,
+            provider="whatsapp",
+            account_id=NUMBER,
+            base_url=f"{sandbox.url}/v21.0",
+            token="good-token",
+            app_secret="sandbox-app-secret",
+            now=utcnow(),
+        )
+        return World(tenant.id, key, identity.id)
+
+
+def evaluate(served: Served) -> None:
+    config = dataclasses.replace(served.app.config["RATCHET"], stuck_after=60.0)
+    evaluator = AlertEvaluator(served.db, config)
+    evaluator.run(utcnow())
+    evaluator.close()
+
+
+def test_the_banner_appears_when_the_workers_stop_and_clears_when_they_return(
+    page: Page, served: Served, sandbox: SandboxProcess
+) -> None:
+    served.app.extensions["ratchet.clock"] = utcnow  # the dashboard and the evaluator agree
+    world = make_identity(served, sandbox)
+    make_staff(served.db, "ops@acme.test", "operator", world.tenant_id)
+    # Queued two minutes ago, and no worker has claimed it: the lane's workers are stopped.
+    make_message(served.db, world, lane="campaign", now=utcnow() - timedelta(minutes=2))
+
+    page.goto(served.url + "/")
+    expect(page).to_have_url(re.compile(r"/sign-in"))
+    page.get_by_label("Email").fill("ops@acme.test")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    banner = page.locator("#alert-banner")
+    expect(banner).to_be_attached()
+    expect(banner.get_by_role("alert")).to_have_count(0)
+    screenshot(page, "alerts-01-no-banner")
+
+    evaluate(served)  # the sweeper's evaluation: the campaign lane is stuck
+    # The open page's banner refreshes itself: no reload.
+    expect(banner.get_by_role("alert")).to_contain_text("1 alert firing", timeout=12_000)
+    expect(banner).to_contain_text("Queue stuck")
+    expect(banner).to_contain_text("campaign lane")
+    screenshot(page, "alerts-02-banner-firing")
+
+    banner.get_by_role("link", name="Open the alerts page").click()
+    expect(page.get_by_role("heading", name="Alerts", exact=True)).to_be_visible()
+    expect(page.locator("#alerts-firing")).to_contain_text("never claimed")
+    screenshot(page, "alerts-03-alerts-page")
+
+    # The workers return: a real worker drains the lane through the sandbox provider.
+    assert ring_identity(world.identity_id, "campaign", served.app.config["RATCHET"])
+    queue = get_queue("campaign")
+    SimpleWorker([queue], connection=queue.connection).work(burst=True, with_scheduler=False)
+    evaluate(served)
+    page.get_by_role("link", name="Overview").click()
+    expect(page.locator("#alert-banner").get_by_role("alert")).to_have_count(0, timeout=12_000)
+    screenshot(page, "alerts-04-banner-cleared")
+    page.get_by_role("link", name="Alerts", exact=True).click()
+    expect(page.locator("#alerts-firing")).to_contain_text("No alert is firing.")
+    screenshot(page, "alerts-05-history")
