@@ -77,8 +77,12 @@ def test_the_scrape_after_real_sends_and_webhooks_carries_every_family_and_its_c
         redis.close()
     env.settle(number)
 
-    # Two deliveries refused: one not JSON, one naming our number with a bad signature.
-    assert env.http.post(f"{env.base_url}/webhooks/whatsapp", content=b"{not json").status_code
+    # Three deliveries refused: over 1 MiB, not JSON, and one naming our number with a bad
+    # signature.
+    too_large = b"{" + b" " * (1024 * 1024) + b"}"
+    url = f"{env.base_url}/webhooks/whatsapp"
+    assert env.http.post(url, content=too_large).status_code == 413
+    assert env.http.post(url, content=b"{not json").status_code == 400
     forged = json.loads((FIXTURES / "status_sent.json").read_text())
     forged["entry"][0]["changes"][0]["value"]["metadata"]["phone_number_id"] = number[
         "phone_number_id"
@@ -121,7 +125,8 @@ def test_the_scrape_after_real_sends_and_webhooks_carries_every_family_and_its_c
         env.sandbox("GET", f"/webhooks?phone_number_id={number['phone_number_id']}")["webhooks"]
     )
     assert received > 0
-    assert moved("ratchet_webhooks_received_total", provider="whatsapp") == received + 2
+    assert moved("ratchet_webhooks_received_total", provider="whatsapp") == received + 3
+    assert moved("ratchet_webhooks_rejected_total", reason="too_large") == 1
     assert moved("ratchet_webhooks_rejected_total", reason="malformed") == 1
     assert moved("ratchet_webhooks_rejected_total", reason="unverified") == 1
     assert moved("ratchet_webhook_statuses_total", result="applied") >= 4
