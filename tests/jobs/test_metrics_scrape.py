@@ -58,24 +58,26 @@ def test_the_scrape_after_real_sends_and_webhooks_carries_every_family_and_its_c
 ) -> None:
     number = env.number(duplicate_webhooks=True)
     identity = str(number["identity_id"])
+    slow = env.number()
     with env.db.transaction() as session:
-        # Slow enough that four messages need more than one pacing slot: a pacing wait.
+        # One campaign slot every 10 s: its third message waits for a pacing slot, longer
+        # than a drain waits inline, so the drain rings itself for later.
         update_identity(
-            session, env.box, number["identity_id"], campaign_rate=2, total_rate=30, now=utcnow()
+            session, env.box, slow["identity_id"], campaign_rate=0.1, total_rate=30, now=utcnow()
         )
     before = scrape(env)
 
-    # Two accepted, one permanent failure (131026), one unknown outcome (503 / 131016).
+    # Two accepted, one permanent failure (131026), one unknown outcome (503 / 131016): the
+    # drain alone on the queue, so it waits for its slots inline and sends all four. Then
+    # two accepted before the slow identity's pacing wait.
     for to in ("15551230001", "15551230002", "15550000005", "15550000003"):
         env.send(number, to)
-    redis = Redis.from_url(env.config.redis_url)
-    try:
-        SimpleWorker([Queue(queue_name("campaign"), connection=redis)], connection=redis).work(
-            burst=True, with_scheduler=False
-        )
-    finally:
-        redis.close()
+    work_the_campaign_lane(env)
+    for to in ("15551230011", "15551230012", "15551230013"):
+        env.send(slow, to)
+    work_the_campaign_lane(env)
     env.settle(number)
+    env.settle(slow)
 
     # Three deliveries refused: over 1 MiB, not JSON, and one naming our number with a bad
     # signature.
@@ -114,15 +116,16 @@ def test_the_scrape_after_real_sends_and_webhooks_carries_every_family_and_its_c
         return after.value(sample, **labels) - before.value(sample, **labels)
 
     whatsapp = {"provider": "whatsapp", "lane": "campaign"}
-    assert moved("ratchet_sends_total", outcome="accepted", failure_class="none", **whatsapp) == 2
+    assert moved("ratchet_sends_total", outcome="accepted", failure_class="none", **whatsapp) == 4
     assert moved("ratchet_sends_total", outcome="failed", failure_class="permanent") == 1
     assert moved("ratchet_sends_total", outcome="failed", failure_class="unknown") == 1
-    assert moved("ratchet_provider_latency_seconds_count", provider="whatsapp") == 4
+    assert moved("ratchet_provider_latency_seconds_count", provider="whatsapp") == 6
     assert after.labels_of("ratchet_provider_latency_seconds") == {"provider"}
     assert moved("ratchet_pacing_waits_total", lane="campaign") >= 1
     assert moved("ratchet_pacing_wait_seconds_total", lane="campaign") > 0
-    received = len(
-        env.sandbox("GET", f"/webhooks?phone_number_id={number['phone_number_id']}")["webhooks"]
+    received = sum(
+        len(env.sandbox("GET", f"/webhooks?phone_number_id={n['phone_number_id']}")["webhooks"])
+        for n in (number, slow)
     )
     assert received > 0
     assert moved("ratchet_webhooks_received_total", provider="whatsapp") == received + 3
@@ -154,6 +157,16 @@ def test_the_scrape_after_real_sends_and_webhooks_carries_every_family_and_its_c
     assert sum(states.values()) == 5
     assert states["failed"] == 1 and states["queued"] == 1 and states["sending"] == 1
     assert after.value("ratchet_database_up") == 1
+
+
+def work_the_campaign_lane(env: Env) -> None:
+    """An RQ worker in this process, until the lane's queue is empty (nothing scheduled)."""
+    redis = Redis.from_url(env.config.redis_url)
+    try:
+        queue = Queue(queue_name("campaign"), connection=redis)
+        SimpleWorker([queue], connection=redis).work(burst=True, with_scheduler=False)
+    finally:
+        redis.close()
 
 
 def _tenant_of(env: Env, number: dict[str, Any]) -> int:
