@@ -59,4 +59,8 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(messages.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(alerts.bp)
+    # For a Prometheus scraper (internal, like /readyz).
+    from app.views import metrics
+
+    app.register_blueprint(metrics.bp)
     return app

@@ -75,6 +75,12 @@ class Config:
     # Request limits.
     max_api_body: int = 64 * 1024
     max_webhook_body: int = 1024 * 1024
+    # /metrics: a bearer token (None: open), and prometheus-client's multiprocess directory.
+    metrics_token: str | None = None
+    prometheus_multiproc_dir: str | None = None
+    # Logs: "text" (readable, the default) or "json" (one object a line), and the level.
+    log_format: str = "text"
+    log_level: str = "INFO"
 
     @property
     def lease_seconds(self) -> float:
@@ -125,6 +131,10 @@ class Config:
             "alert_dwell_hours": env_float(env, "RATCHET_ALERT_DWELL_HOURS", 6.0),
             "alert_dead_letters": env_int(env, "RATCHET_ALERT_DEAD_LETTERS", 50),
             "alert_dead_letter_window": env_float(env, "RATCHET_ALERT_DEAD_LETTER_WINDOW", 600.0),
+            "metrics_token": env.get("RATCHET_METRICS_TOKEN") or None,
+            "prometheus_multiproc_dir": env.get("PROMETHEUS_MULTIPROC_DIR") or None,
+            "log_format": (env.get("RATCHET_LOG_FORMAT") or "text").lower(),
+            "log_level": (env.get("RATCHET_LOG_LEVEL") or "INFO").upper(),
         }
         config = cls(**values)
         if overrides:
@@ -133,6 +143,7 @@ class Config:
             if unknown:
                 raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
             config = replace(config, **dict(overrides))
+        check_observability(config)
         if len(config.secret_key) < 16:
             raise ConfigError(
                 "SECRET_KEY is missing or shorter than 16 characters; "
@@ -144,3 +155,23 @@ class Config:
                 "shorter than 16 characters: the alert posts are signed with it"
             )
         return config
+
+
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def check_observability(config: Config) -> None:
+    """The metrics and log settings, refused at start with what is wrong."""
+    if config.log_format not in LOG_FORMATS:
+        raise ConfigError(f"RATCHET_LOG_FORMAT must be text or json, got {config.log_format!r}")
+    if config.log_level not in LOG_LEVELS:
+        raise ConfigError(
+            f"RATCHET_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {config.log_level!r}"
+        )
+    directory = config.prometheus_multiproc_dir
+    if directory is not None and not os.path.isdir(directory):
+        raise ConfigError(
+            f"PROMETHEUS_MULTIPROC_DIR {directory!r} is not a directory; create it (empty) "
+            "before starting the processes that share it"
+        )

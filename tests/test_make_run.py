@@ -97,6 +97,22 @@ def test_make_run_starts_the_system_and_ctrl_c_stops_everything_it_started(
             assert signed_in.status_code == 200 and "Overview" in signed_in.text
             assert "demo traffic: one message every 10 s" in output
         assert "embedded Redis-compatible server" in output
+        # The workers' sends reach the web's /metrics (one multiprocess directory), and the
+        # output a person follows is not crowded with gunicorn's start-up lines.
+        deadline = time.monotonic() + 30
+        while True:
+            metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            sends = sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in metrics.splitlines()
+                if line.startswith("ratchet_sends_total{")
+            )
+            if sends >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert sends >= 1, metrics
+        assert (tmp_path / "instance" / "prometheus").is_dir()
+        assert "Booting worker" not in output
         assert (tmp_path / "instance" / "ratchet.db").exists()
         assert any(
             "valkey-server" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")

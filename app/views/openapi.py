@@ -309,6 +309,24 @@ def document() -> dict[str, Any]:
                     },
                 }
             },
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus metrics (internal), in Prometheus's text format",
+                    "operationId": "metrics",
+                    "description": (
+                        "Queue gauges read from the database at scrape time, and this "
+                        "host's counters. A bearer token when RATCHET_METRICS_TOKEN is set."
+                    ),
+                    "security": [{"metricsToken": []}, {}],
+                    "responses": {
+                        "200": {
+                            "description": "The exposition.",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        },
+                        "401": {"description": "The token is missing or wrong."},
+                    },
+                }
+            },
         },
         "components": {
             "securitySchemes": {
@@ -316,7 +334,12 @@ def document() -> dict[str, Any]:
                     "type": "http",
                     "scheme": "bearer",
                     "description": "Your tenant API key, from `flask --app wsgi tenant create`.",
-                }
+                },
+                "metricsToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "RATCHET_METRICS_TOKEN, when it is set.",
+                },
             },
             "schemas": {
                 **definitions,

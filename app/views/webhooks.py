@@ -28,6 +28,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
+from app import instruments
 from app.clock import utcnow
 from app.config import Config
 from app.crypto import get_box
@@ -60,6 +61,23 @@ MAX_ROUTING_IDS = 100
 
 # The one answer for "no number named is ours" and "the signature does not match".
 UNVERIFIED = "the delivery is not signed by an identity it names"
+
+
+# What a refused delivery's answer says, as the `reason` of ratchet_webhooks_rejected.
+REJECTIONS = {400: "malformed", 401: "unverified", 413: "too_large"}
+
+
+@bp.after_request
+def _count_delivery(response: Response) -> Response:
+    """This process's webhook counters (`/metrics`), for every delivery POSTed here."""
+    if request.method == "POST" and request.url_rule is not None:
+        # From the route, not the path: the label takes only the routes' few values.
+        provider = request.url_rule.rule.split("/")[2]
+        instruments.WEBHOOKS_RECEIVED.labels(provider).inc()
+        reason = REJECTIONS.get(response.status_code)
+        if reason is not None:
+            instruments.WEBHOOKS_REJECTED.labels(provider, reason).inc()
+    return response
 
 
 @bp.get("/whatsapp")
@@ -213,6 +231,9 @@ def receive(
     counts = apply_recorded(db, recorded, now)
     if unstorable:
         counts["unstorable"] = unstorable
+    for result, n in counts.items():
+        if n:
+            instruments.WEBHOOK_STATUSES.labels(provider.name, result).inc(n)
     return jsonify(received=len(batch.statuses), inbound=len(batch.inbound), results=counts)
 
 
