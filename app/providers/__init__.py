@@ -7,10 +7,12 @@ side effect somewhere else.
 from __future__ import annotations
 
 from .base import Provider
+from .twilio import TwilioProvider
 from .whatsapp import WhatsAppProvider
 
 PROVIDERS: dict[str, Provider] = {
     "whatsapp": WhatsAppProvider(),
+    "twilio": TwilioProvider(),
 }
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from app.providers import PROVIDERS, UnknownProviderError, get_provider
 from app.providers.base import Provider
+from app.providers.twilio import TwilioProvider
 from app.providers.whatsapp import WhatsAppProvider
 
 
@@ -13,7 +14,7 @@ def test_whatsapp_is_registered_under_its_own_name() -> None:
     provider = get_provider("whatsapp")
     assert isinstance(provider, WhatsAppProvider)
     assert provider.name == "whatsapp"
-    assert list(PROVIDERS) == ["whatsapp"]
+    assert "whatsapp" in PROVIDERS
     assert PROVIDERS["whatsapp"] is provider
 
 
@@ -26,9 +27,17 @@ def test_an_unknown_name_is_a_clear_key_error() -> None:
     with pytest.raises(UnknownProviderError) as caught:
         get_provider("telegram")
     assert isinstance(caught.value, KeyError)
-    assert str(caught.value) == "unknown provider 'telegram' (known: whatsapp)"
+    assert str(caught.value) == (
+        f"unknown provider 'telegram' (known: {', '.join(sorted(PROVIDERS))})"
+    )
+    assert "whatsapp" in str(caught.value)
 
 
 def test_the_whatsapp_module_satisfies_the_provider_interface() -> None:
     provider: Provider = WhatsAppProvider()  # checked by mypy too
     assert callable(provider.send) and callable(provider.parse_webhook)
+
+
+def test_twilio_is_registered_under_its_own_name() -> None:
+    provider: Provider = get_provider("twilio")  # checked by mypy too
+    assert isinstance(provider, TwilioProvider) and provider.name == "twilio"
