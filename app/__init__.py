@@ -57,4 +57,9 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(dead_letters.bp)
     app.register_blueprint(messages.bp)
     app.register_blueprint(search.bp)
+    # Twilio's status callbacks (signed with the identity's Auth Token).
+    from app.views import twilio_webhooks
+
+    auth.csrf.exempt(twilio_webhooks.bp)
+    app.register_blueprint(twilio_webhooks.bp)
     return app

@@ -44,7 +44,13 @@ class SendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     identity_id: int = Field(gt=0)
-    to: str = Field(min_length=1, max_length=100)
+    to: str = Field(
+        min_length=1,
+        max_length=100,
+        description="whatsapp and twilio: the recipient's number in E.164 (digits, `+` "
+        "optional; twilio sends it as `whatsapp:+<digits>`); messenger and instagram: the "
+        "user's PSID / IGSID",
+    )
     text: str | None = Field(default=None, min_length=1, max_length=4096)
     template: Template | None = None
     lane: Literal["reply", "campaign"] | None = None
