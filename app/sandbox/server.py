@@ -21,6 +21,10 @@ from app.sandbox.control import ControlApi
 from app.sandbox.errors import error_body
 from app.sandbox.poster import WebhookPoster
 from app.sandbox.state import SandboxState
+from app.sandbox.twilio import API_PREFIX as TWILIO_API
+from app.sandbox.twilio import CONTROL_PREFIX as TWILIO_CONTROL
+from app.sandbox.twilio import Reply as TwilioReply
+from app.sandbox.twilio import TwilioSandbox
 from app.sandbox.whatsapp import Reply, handle_send
 
 logger = logging.getLogger("app.sandbox")
@@ -35,6 +39,7 @@ class SandboxServer:
         self.state = SandboxState()
         self.poster = WebhookPoster(on_result=self.state.log_webhook)
         self.control = ControlApi(self.state, self.poster)
+        self.twilio = TwilioSandbox(self.poster)
         # Set on stop: hanging handlers wake up and drop their connection instead of
         # keeping the process (or a test) alive for hang_seconds.
         self.stopping = threading.Event()
@@ -117,6 +122,17 @@ class _Handler(BaseHTTPRequestHandler):
         sandbox = self.server.sandbox
         url = urlsplit(self.path)
         raw = self._read_body()
+        if url.path.startswith(TWILIO_CONTROL + "/"):
+            query = dict(parse_qsl(url.query))
+            self._answer(*sandbox.twilio.handle_control(self.command, url.path, query, raw))
+            return
+        if url.path.startswith(TWILIO_API) and self.command == "POST":
+            twilio_reply = sandbox.twilio.handle_create(url.path, dict(self.headers.items()), raw)
+            if twilio_reply is not None:
+                self._deliver(twilio_reply)
+                return
+        if url.path.rstrip("/") == "/_sandbox/reset":
+            sandbox.twilio.reset()
         if url.path.startswith("/_sandbox/"):
             query = dict(parse_qsl(url.query))
             status, body = sandbox.control.handle(self.command, url.path, query, raw)
@@ -132,7 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
             sandbox.poster.schedule(reply.webhooks, reply.webhook_delay)
         self._deliver(reply)
 
-    def _deliver(self, reply: Reply) -> None:
+    def _deliver(self, reply: Reply | TwilioReply) -> None:
         if reply.answer == "reset":
             self._reset_connection()
             return
