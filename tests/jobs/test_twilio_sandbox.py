@@ -7,15 +7,19 @@ from __future__ import annotations
 import base64
 import json
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from sqlalchemy import select
+from twilio.request_validator import RequestValidator
 
 from app.models import Attempt, ConversationWindow, Identity
 
 from .conftest import Env
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "twilio"
 
 
 def identity(env: Env, account: dict[str, Any]) -> Identity:
@@ -164,3 +168,33 @@ def test_the_sandbox_signs_with_basic_auth_only_for_the_right_account(env: Env) 
     )
     assert response.status_code == 401 and response.json()["code"] == 20003
     assert env.accepted(account) == []
+
+
+@pytest.mark.slow
+def test_the_documented_callbacks_posted_over_http_with_the_official_signature_apply(
+    env: Env,
+) -> None:
+    """Twilio's documented callback bodies (tests/fixtures/twilio/), naming a message the
+    sandbox accepted, posted to the served endpoint and signed by the `twilio` package."""
+    account = env.twilio_account(statuses=[])  # the sandbox posts nothing itself
+    message_id = env.send(account, "16505551234")
+    env.attempt(message_id)
+    row = env.message(message_id)
+    assert row.status == "sent" and row.provider_message_id is not None
+    url = f"{env.base_url}/webhooks/twilio/{account['identity_id']}?c={row.correlation_id}"
+    validator = RequestValidator("twilio-auth-token")
+    for name, expected in (("status_delivered", "delivered"), ("status_read", "read")):
+        fields = json.loads((FIXTURES / f"{name}.json").read_text()) | {
+            "AccountSid": account["phone_number_id"],
+            "MessageSid": row.provider_message_id,
+            "SmsSid": row.provider_message_id,
+        }
+        response = env.http.post(
+            url,
+            data=fields,
+            headers={"X-Twilio-Signature": validator.compute_signature(url, fields)},
+        )
+        assert response.status_code == 200, response.text
+        assert env.message(message_id).status == expected
+    forged = env.http.post(url, data=fields, headers={"X-Twilio-Signature": "AAAA"})
+    assert forged.status_code == 401
