@@ -12,7 +12,7 @@ from urllib.parse import quote, urlencode
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from twilio.request_validator import RequestValidator
 
 from app.crypto import SecretBox
@@ -268,4 +268,14 @@ def test_a_body_that_is_not_form_data_is_a_400_before_any_lookup(
         headers={"Content-Type": "application/x-www-form-urlencoded"},
     )
     assert response.status_code == 400
+    assert count(db, WebhookDelivery) == 0
+
+
+def test_an_auth_token_this_secret_key_cannot_read_verifies_nothing(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    with db.transaction() as session:
+        session.execute(text("UPDATE identities SET token_encrypted = 'not-a-fernet-token'"))
+    response = post(client, world.identity_id, fixture("status_read.json"))
+    assert response.status_code == 401
     assert count(db, WebhookDelivery) == 0
