@@ -25,6 +25,7 @@ from app.sandbox.twilio import API_PREFIX as TWILIO_API
 from app.sandbox.twilio import CONTROL_PREFIX as TWILIO_CONTROL
 from app.sandbox.twilio import Reply as TwilioReply
 from app.sandbox.twilio import TwilioSandbox
+from app.sandbox.twilio_control import TwilioControl
 from app.sandbox.whatsapp import Reply, handle_send
 
 logger = logging.getLogger("app.sandbox")
@@ -40,6 +41,7 @@ class SandboxServer:
         self.poster = WebhookPoster(on_result=self.state.log_webhook)
         self.control = ControlApi(self.state, self.poster)
         self.twilio = TwilioSandbox(self.poster)
+        self.twilio_control = TwilioControl(self.twilio)
         # Set on stop: hanging handlers wake up and drop their connection instead of
         # keeping the process (or a test) alive for hang_seconds.
         self.stopping = threading.Event()
@@ -124,7 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self._read_body()
         if url.path.startswith(TWILIO_CONTROL + "/"):
             query = dict(parse_qsl(url.query))
-            self._answer(*sandbox.twilio.handle_control(self.command, url.path, query, raw))
+            self._answer(*sandbox.twilio_control.handle(self.command, url.path, query, raw))
             return
         if url.path.startswith(TWILIO_API) and self.command == "POST":
             twilio_reply = sandbox.twilio.handle_create(url.path, dict(self.headers.items()), raw)

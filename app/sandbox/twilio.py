@@ -15,7 +15,8 @@ Written from Twilio's public documentation on its own (no code shared with
 - Incoming messages: a form POST to the sender's incoming-message URL with `Body`, `From`,
   `To`, `WaId`, `ProfileName`, `SmsStatus: received`, signed the same way.
 
-Control API, JSON (docs/sandbox.md):
+The control API is `twilio_control.py`, the fault recipients `twilio_faults.py`
+(docs/sandbox.md):
 `POST /_sandbox/twilio/accounts` register, `GET /_sandbox/twilio/accounts` list,
 `PATCH /_sandbox/twilio/accounts/<sid>` change, `GET .../<sid>/messages` accepted sends,
 `POST .../<sid>/inbound` a customer writes in, `GET /_sandbox/twilio/requests` every
@@ -31,14 +32,15 @@ import re
 import secrets
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.sandbox.poster import Delivery, WebhookPoster
+from app.sandbox.twilio_faults import ERROR_TEXT, RECIPIENT_FAULTS, Answer, Fault
 
 API_PREFIX = "/2010-04-01/Accounts/"
 CONTROL_PREFIX = "/_sandbox/twilio"
@@ -46,102 +48,6 @@ CREATE_PATH = re.compile(r"/2010-04-01/Accounts/(?P<sid>[^/]+)/Messages\.json")
 MAX_BODY = 1600
 CallbackStatus = Literal["sending", "sent", "delivered", "read", "undelivered", "failed"]
 DEFAULT_STATUSES: tuple[CallbackStatus, ...] = ("sent", "delivered", "read")
-Answer = Literal["now", "hang", "reset"]
-
-# Twilio's error reference: https://www.twilio.com/docs/api/errors/<code>.
-ERROR_TEXT: dict[int, tuple[int, str]] = {
-    20003: (401, "Authenticate"),
-    20404: (404, "The requested resource was not found"),
-    20429: (429, "Too Many Requests"),
-    20500: (500, "An internal server error has occurred"),
-    21211: (400, "Invalid 'To' Phone Number"),
-    21602: (400, "Message body is required."),
-    21604: (400, "A 'To' phone number is required."),
-    21606: (400, "The 'From' phone number provided is not a valid message-capable number"),
-    21610: (400, "Attempt to send to unsubscribed recipient"),
-    21614: (400, "'To' number is not a valid mobile number"),
-    21617: (400, "The concatenated message body exceeds the 1600 character limit."),
-    21656: (400, "The ContentVariables Parameter is invalid"),
-}
-
-
-@dataclass(frozen=True)
-class Fault:
-    name: str
-    description: str
-    accepts: bool = True
-    answer: Answer = "now"
-    error_code: int | None = None
-    times: int | None = None  # answer the error this many times per message, then accept
-    retry_after: str | None = None
-    statuses: tuple[str, ...] | None = None  # callbacks posted, in order; None: the account's
-    failure_code: int | None = None  # ErrorCode on failed / undelivered callbacks
-
-
-RECIPIENT_FAULTS: dict[str, Fault] = {
-    "15550000001": Fault(
-        "timeout_after_accept",
-        "Accepted (recorded, callbacks posted), then no answer for hang_seconds.",
-        answer="hang",
-    ),
-    "15550000002": Fault(
-        "reset_after_accept",
-        "Accepted (recorded, callbacks posted), then the connection is reset (no answer).",
-        answer="reset",
-    ),
-    "15550000003": Fault(
-        "server_error_twice",
-        "HTTP 500, code 20500, twice per message; the third attempt is accepted.",
-        accepts=False,
-        error_code=20500,
-        times=2,
-    ),
-    "15550000004": Fault(
-        "too_many_requests_once",
-        "HTTP 429, code 20429, with Retry-After: 1, once per message; then accepted.",
-        accepts=False,
-        error_code=20429,
-        times=1,
-        retry_after="1",
-    ),
-    "15550000005": Fault(
-        "invalid_to", "HTTP 400, code 21211, every time.", accepts=False, error_code=21211
-    ),
-    "15550000006": Fault(
-        "unsubscribed", "HTTP 400, code 21610, every time.", accepts=False, error_code=21610
-    ),
-    "15550000007": Fault(
-        "outside_24h_window",
-        "Accepted; callback: failed with ErrorCode 63016 (outside the 24-hour window).",
-        statuses=("failed",),
-        failure_code=63016,
-    ),
-    "15550000008": Fault(
-        "authenticate",
-        "HTTP 401, code 20003, every time (even with the right Auth Token).",
-        accepts=False,
-        error_code=20003,
-    ),
-    "15550000009": Fault(
-        "undelivered",
-        "Accepted; callbacks: sent, then undelivered with ErrorCode 30003.",
-        statuses=("sent", "undelivered"),
-        failure_code=30003,
-    ),
-    "15550000010": Fault(
-        "out_of_order",
-        "Accepted; callbacks posted in the order delivered, sent, read.",
-        statuses=("delivered", "sent", "read"),
-    ),
-    "15550000011": Fault(
-        "late_sending",
-        "Accepted; callbacks sent, read, then a late sending (Twilio's own step).",
-        statuses=("sent", "read", "sending"),
-    ),
-    "15550000012": Fault(
-        "not_mobile", "HTTP 400, code 21614, every time.", accepts=False, error_code=21614
-    ),
-}
 
 
 class AccountSettings(BaseModel):
@@ -353,130 +259,9 @@ class TwilioSandbox:
                 kind="statuses",
                 bodies=[urlencode(f).encode("utf-8") for f in forms],
                 interval=0.05,
-                headers_for=_signer(settings.auth_token, callback_url),
+                headers_for=signer(settings.auth_token, callback_url),
             )
         return reply
-
-    # 2. The control API
-
-    def handle_control(
-        self, method: str, path: str, query: dict[str, str], raw: bytes
-    ) -> tuple[int, Any]:
-        rest = path.rstrip("/").removeprefix(CONTROL_PREFIX)
-        try:
-            if rest == "/accounts" and method == "POST":
-                return self._register(_json(raw))
-            if rest == "/accounts" and method == "GET":
-                with self.lock:
-                    return 200, {"accounts": [a.settings.model_dump() for a in self._all()]}
-            if rest == "/requests" and method == "GET":
-                with self.lock:
-                    found = [
-                        r
-                        for r in self.requests
-                        if query.get("account_sid") in (None, r["account_sid"])
-                    ]
-                return 200, {"requests": found}
-            if rest == "/faults" and method == "GET":
-                return 200, {"recipients": {k: asdict(f) for k, f in RECIPIENT_FAULTS.items()}}
-            match = re.fullmatch(r"/accounts/(?P<sid>[^/]+)(?P<tail>/messages|/inbound)?", rest)
-            if match is None:
-                return 404, {"error": f"no such endpoint: {path}"}
-            sid, tail = match["sid"], match["tail"]
-            if tail is None and method == "GET":
-                return 200, self._account(sid).settings.model_dump()
-            if tail is None and method == "PATCH":
-                return self._update(sid, _json(raw))
-            if tail == "/messages" and method == "GET":
-                with self.lock:
-                    return 200, {"messages": list(self._account(sid).messages)}
-            if tail == "/inbound" and method == "POST":
-                return self._inbound(sid, _json(raw))
-            return 405, {"error": f"{method} is not allowed on {path}"}
-        except _ControlError as exc:
-            return exc.status, exc.body
-
-    def _all(self) -> list[Account]:
-        return list(self.accounts.values())
-
-    def _account(self, sid: str) -> Account:
-        with self.lock:
-            account = self.accounts.get(sid)
-        if account is None:
-            raise _ControlError(404, f"no account {sid}")
-        return account
-
-    def _register(self, body: dict[str, Any]) -> tuple[int, Any]:
-        try:
-            settings = AccountSettings.model_validate(body)
-        except ValidationError as exc:
-            raise _ControlError(400, "invalid account", _errors(exc)) from None
-        with self.lock:
-            existing = self.accounts.get(settings.account_sid)
-            if existing is None:
-                self.accounts[settings.account_sid] = Account(
-                    settings, random.Random(settings.seed)
-                )
-                return 201, settings.model_dump()
-            existing.settings = settings
-            existing.rng = random.Random(settings.seed)
-        return 200, settings.model_dump()
-
-    def _update(self, sid: str, changes: dict[str, Any]) -> tuple[int, Any]:
-        account = self._account(sid)
-        with self.lock:
-            try:
-                settings = AccountSettings.model_validate(account.settings.model_dump() | changes)
-            except ValidationError as exc:
-                raise _ControlError(400, "invalid change", _errors(exc)) from None
-            if settings.account_sid != sid:
-                raise _ControlError(400, "account_sid cannot change")
-            if settings.seed != account.settings.seed:
-                account.rng = random.Random(settings.seed)
-            account.settings = settings
-        return 200, settings.model_dump()
-
-    def _inbound(self, sid: str, body: dict[str, Any]) -> tuple[int, Any]:
-        settings = self._account(sid).settings
-        if settings.inbound_url is None:
-            raise _ControlError(409, "the account has no inbound_url to post to")
-        sender, text = body.get("from"), body.get("text")
-        if not isinstance(sender, str) or not re.fullmatch(r"[0-9]{7,15}", sender):
-            raise _ControlError(400, "from must be the customer's number as a string of digits")
-        if not isinstance(text, str) or not text:
-            raise _ControlError(400, "text must be a non-empty string")
-        to = body.get("to", settings.senders[0])
-        if to not in settings.senders:
-            raise _ControlError(400, f"to must be one of the account's senders {settings.senders}")
-        name = body.get("name", "Sandbox Customer")
-        message_sid = new_sid()
-        form = [
-            ("MessageSid", message_sid),
-            ("SmsMessageSid", message_sid),
-            ("SmsSid", message_sid),
-            ("AccountSid", sid),
-            ("From", f"whatsapp:+{sender}"),
-            ("To", str(to)),
-            ("Body", text),
-            ("NumMedia", "0"),
-            ("NumSegments", "1"),
-            ("ProfileName", str(name)),
-            ("WaId", sender),
-            ("SmsStatus", "received"),
-            ("MessageType", "text"),
-            ("ApiVersion", "2010-04-01"),
-        ]
-        delivery = Delivery(
-            phone_number_id=sid,
-            url=settings.inbound_url,
-            app_secret=settings.auth_token,
-            kind="inbound",
-            bodies=[urlencode(form).encode("utf-8")],
-            interval=0.0,
-            headers_for=_signer(settings.auth_token, settings.inbound_url),
-        )
-        self.poster.schedule(delivery, first_delay=0.0)
-        return 202, {"sid": message_sid, "form": dict(form)}
 
 
 def _callback_form(
@@ -499,7 +284,7 @@ def _callback_form(
     return form
 
 
-def _signer(auth_token: str, url: str) -> Any:
+def signer(auth_token: str, url: str) -> Any:
     def headers_for(body: bytes) -> dict[str, str]:
         params = parse_qsl(body.decode("utf-8"), keep_blank_values=True)
         return {
@@ -536,29 +321,3 @@ def _error(code: int, message: str | None = None) -> Reply:
         "status": status,
     }
     return Reply(status, body)
-
-
-class _ControlError(Exception):
-    def __init__(self, status: int, message: str, details: Any = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body: dict[str, Any] = {"error": message}
-        if details is not None:
-            self.body["details"] = details
-
-
-def _json(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw or b"{}")
-    except (UnicodeDecodeError, ValueError):
-        raise _ControlError(400, "the body must be JSON") from None
-    if not isinstance(body, dict):
-        raise _ControlError(400, "the body must be a JSON object")
-    return body
-
-
-def _errors(exc: ValidationError) -> list[dict[str, Any]]:
-    return [
-        {"field": ".".join(str(part) for part in error["loc"]), "message": error["msg"]}
-        for error in exc.errors()
-    ]
