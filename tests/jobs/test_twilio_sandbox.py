@@ -198,3 +198,21 @@ def test_the_documented_callbacks_posted_over_http_with_the_official_signature_a
         assert env.message(message_id).status == expected
     forged = env.http.post(url, data=fields, headers={"X-Twilio-Signature": "AAAA"})
     assert forged.status_code == 401
+
+
+@pytest.mark.slow
+def test_a_template_goes_as_twilio_content_and_reaches_read(env: Env) -> None:
+    account = env.twilio_account()
+    content_sid = "HX" + "b" * 32
+    template = {
+        "name": content_sid,
+        "language": "en",
+        "components": [{"type": "body", "parameters": [{"type": "text", "text": "#2042"}]}],
+    }
+    message_id = env.send(account, "16505551234", template=template)
+    env.drive(account, message_id)
+    assert env.message(message_id).status == "read"
+    (accepted,) = env.accepted(account)
+    assert accepted["form"]["ContentSid"] == content_sid
+    assert json.loads(accepted["form"]["ContentVariables"]) == {"1": "#2042"}
+    assert "Body" not in accepted["form"]
