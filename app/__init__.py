@@ -63,4 +63,9 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     from app.views import metrics
 
     app.register_blueprint(metrics.bp)
+    # Twilio's status callbacks (signed with the identity's Auth Token).
+    from app.views import twilio_webhooks
+
+    auth.csrf.exempt(twilio_webhooks.bp)
+    app.register_blueprint(twilio_webhooks.bp)
     return app

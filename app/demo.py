@@ -61,6 +61,7 @@ class DemoLogin:
     api_key: str | None
     identity_id: int = 0
     tenant_id: int = 0
+    twilio_identity_id: int = 0
 
 
 def wait_for(url: str, seconds: float = 60.0) -> None:
@@ -131,7 +132,10 @@ def seed(db: Database, box: SecretBox, sandbox_url: str, public_url: str) -> Dem
                 headers={"Authorization": f"Bearer {api_key}", "Idempotency-Key": f"demo-{n}"},
                 json={"identity_id": identity_id, "to": to, "text": text},
             ).raise_for_status()
-    return DemoLogin(STAFF_EMAIL, password, api_key, identity_id, tenant.id)
+    from app.demo_twilio import seed_twilio
+
+    twilio_id = seed_twilio(db, box, sandbox_url, public_url, tenant.id, api_key)
+    return DemoLogin(STAFF_EMAIL, password, api_key, identity_id, tenant.id, twilio_id)
 
 
 def trickle(
@@ -152,6 +156,13 @@ def trickle(
     while not stop.wait(every):
         to, text = TRICKLE[sent % len(TRICKLE)]
         lane = "campaign"
+        identity_id = login.identity_id
+        if login.twilio_identity_id and sent % 3 == 2:
+            # Every third message goes out through the Twilio identity.
+            from app.demo_twilio import TRICKLE as TWILIO_TRICKLE
+
+            to, text = TWILIO_TRICKLE[(sent // 3) % len(TWILIO_TRICKLE)]
+            identity_id = login.twilio_identity_id
         if to is None:
             to = f"1555222{next(customers) % 10000:04d}"
             lane = "reply"
@@ -169,7 +180,7 @@ def trickle(
                 session,
                 messages.NewMessage(
                     tenant_id=login.tenant_id,
-                    identity_id=login.identity_id,
+                    identity_id=identity_id,
                     recipient=to,
                     lane=lane,
                     fingerprint=hashlib.sha256(f"{to}:{text}:{now}".encode()).hexdigest(),
@@ -178,6 +189,6 @@ def trickle(
                 now,
             )
         if ring is not None:
-            ring(message.id, lane, login.identity_id)
+            ring(message.id, lane, identity_id)
         sent += 1
     return sent

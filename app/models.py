@@ -78,7 +78,26 @@ class Identity(Base):
     """A sending identity: the number or Page a reply comes back to."""
 
     __tablename__ = "identities"
-    __table_args__ = (UniqueConstraint("provider", "account_id"),)
+    __table_args__ = (
+        # One Twilio account has many senders: there the identity is (Account SID, From).
+        Index(
+            "uq_identities_provider_account_id",
+            "provider",
+            "account_id",
+            unique=True,
+            postgresql_where=text("provider <> 'twilio'"),
+            sqlite_where=text("provider <> 'twilio'"),
+        ),
+        Index(
+            "uq_identities_twilio_account_id_sender",
+            "provider",
+            "account_id",
+            "sender",
+            unique=True,
+            postgresql_where=text("provider = 'twilio'"),
+            sqlite_where=text("provider = 'twilio'"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)

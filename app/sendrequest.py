@@ -48,8 +48,8 @@ class SendRequest(BaseModel):
         min_length=1,
         max_length=100,
         description="WhatsApp and Twilio: the recipient's number in E.164 (digits, `+` "
-        "optional). Messenger: the PSID (Page-scoped id); Instagram: the IGSID, as the "
-        "customer's own webhook gave it.",
+        "optional; Twilio sends it as `whatsapp:+<digits>`). Messenger: the PSID "
+        "(Page-scoped id); Instagram: the IGSID, as the customer's own webhook gave it.",
     )
     text: str | None = Field(default=None, min_length=1, max_length=4096)
     template: Template | None = None

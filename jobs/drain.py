@@ -236,7 +236,7 @@ class Drain:
                     .execution_options(populate_existing=True)
                 )
             }
-            credentials = credentials_for(self.box, identity)
+            credentials = credentials_for(self.box, identity, self.config.public_base_url)
             batch: list[Prepared] = []
             for claim in claims:
                 prepared = prepare(

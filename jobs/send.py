@@ -236,7 +236,7 @@ def prepare(
         claim=claim,
         claimed_mono=claimed_mono,
         provider=get_provider(identity.provider),
-        credentials=credentials or credentials_for(box, identity),
+        credentials=credentials or credentials_for(box, identity, config.public_base_url),
         outbound=OutboundMessage(
             recipient=message.recipient,
             body_text=message.body_text,
@@ -256,8 +256,11 @@ def prepare(
     )
 
 
-def credentials_for(box: SecretBox, identity: Identity) -> Credentials:
-    """What a provider call needs of the identity, its secrets decrypted."""
+def credentials_for(
+    box: SecretBox, identity: Identity, public_base_url: str | None = None
+) -> Credentials:
+    """What a provider call needs of the identity, its secrets decrypted. With our public
+    address, the status callback URL too (Twilio is told it with every send)."""
     secrets = reveal_secrets(box, identity)
     return Credentials(
         account_id=identity.account_id,
@@ -265,7 +268,17 @@ def credentials_for(box: SecretBox, identity: Identity) -> Credentials:
         token=secrets.token,
         app_secret=secrets.app_secret,
         sender=identity.sender,
+        status_callback_url=(
+            status_callback_url(public_base_url, identity) if public_base_url else None
+        ),
     )
+
+
+def status_callback_url(public_base_url: str, identity: Identity) -> str | None:
+    """The per-identity status webhook, for providers that are told it with each send."""
+    if identity.provider != "twilio":
+        return None
+    return f"{public_base_url.rstrip('/')}/webhooks/twilio/{identity.id}"
 
 
 def call_and_record(

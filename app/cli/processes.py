@@ -58,6 +58,9 @@ def demo_command(sandbox_url: str) -> None:
     if login.api_key:
         click.echo(f"  demo tenant API key (shown once): {login.api_key}")
         click.echo(f"  sent {len(demo.DEMO_RECIPIENTS)} demo messages through the API")
+        from app.demo_twilio import DEMO_RECIPIENTS as TWILIO_DEMO
+
+        click.echo(f"  sent {len(TWILIO_DEMO)} more demo messages through the Twilio identity")
     click.echo("  demo traffic: one message every 10 s (replies, campaigns, fault recipients)")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

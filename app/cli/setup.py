@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import getpass
+import re
 import secrets
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+from flask import current_app
 from flask.cli import AppGroup
 from sqlalchemy.exc import IntegrityError
 
@@ -22,6 +24,8 @@ from jobs.send import ring_message
 db_cli = AppGroup("db", help="The database schema.")
 tenant_cli = AppGroup("tenant", help="Tenants and their API keys.")
 F = TypeVar("F", bound=Callable[..., Any])
+# Twilio addresses a WhatsApp sender as whatsapp:+<E.164 digits>.
+TWILIO_SENDER = re.compile(r"whatsapp:\+[1-9][0-9]{6,14}")
 
 identity_cli = AppGroup("identity", help="Sending identities (a number or a Page).")
 staff_cli = AppGroup("staff", help="Support staff who log in to the dashboard.")
@@ -102,6 +106,11 @@ def identity_create(
         raise click.UsageError(f"--app-secret is required for {provider} (webhook signatures)")
     if provider == "twilio" and not sender:
         raise click.UsageError("--from is required for twilio (e.g. whatsapp:+15551234567)")
+    if provider == "twilio" and not TWILIO_SENDER.fullmatch(sender or ""):
+        raise click.UsageError(
+            f"--from {sender!r} is not a Twilio WhatsApp sender: give whatsapp:+ and the "
+            "number in E.164, e.g. whatsapp:+15551234567"
+        )
     if provider not in identities.BUILT:
         raise click.ClickException(
             f"Ratchet cannot send through {provider} yet, so an identity of it could never "
@@ -129,8 +138,10 @@ def identity_create(
                 now=utcnow(),
             )
     except IntegrityError as exc:
+        # One Twilio account has many senders: there the pair is what is unique.
+        also = f" and sender {sender!r}" if provider == "twilio" else ""
         raise click.ClickException(
-            f"a {provider} identity with account id {account_id!r} already exists"
+            f"a {provider} identity with account id {account_id!r}{also} already exists"
         ) from exc
     except identities.RatesError as exc:
         raise click.ClickException(f"{exc}; nothing was created") from exc
@@ -138,6 +149,12 @@ def identity_create(
         f"created {provider} identity for tenant {tenant_name!r}, account {account_id}, "
         f"sending through {identity.base_url}; its id:"
     )
+    if provider == "twilio":
+        base = current_app.config["RATCHET"].public_base_url
+        click.echo(
+            f"Twilio calls back at {base}/webhooks/twilio/{identity.id} (given with every "
+            "send); point the sender's incoming-message webhook there too"
+        )
     click.echo(str(identity.id))
 
 

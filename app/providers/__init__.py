@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from .base import Provider
 from .meta_messaging import MetaMessagingProvider
+from .twilio import TwilioProvider
 from .whatsapp import WhatsAppProvider
 
 PROVIDERS: dict[str, Provider] = {
     "whatsapp": WhatsAppProvider(),
     "messenger": MetaMessagingProvider("messenger", "page"),
     "instagram": MetaMessagingProvider("instagram", "instagram"),
+    "twilio": TwilioProvider(),
 }
 
 

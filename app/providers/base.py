@@ -88,6 +88,9 @@ class Credentials:
     token: str = field(repr=False)
     app_secret: str | None = field(default=None, repr=False)
     sender: str | None = None
+    # Where the provider posts this identity's statuses, when the send names it (Twilio's
+    # StatusCallback: PUBLIC_BASE_URL + /webhooks/twilio/<identity id>).
+    status_callback_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

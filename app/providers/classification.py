@@ -176,18 +176,122 @@ WHATSAPP: dict[int, Classification] = {
     ),
 }
 
+_TWILIO_RETRY = "Nothing: Ratchet retries later. If it persists, check Twilio's status page."
+_TWILIO_CONSOLE = (
+    "Fix it in the Twilio Console (account, sender or credentials), then `identity resume`."
+)
+_CHECK_NUMBER = "Check the number with the customer; do not retry as it is."
+
+# Twilio's error reference (https://www.twilio.com/docs/api/errors/<code>); 20429, 21611,
+# 30001, 63016 and 63018 also in PROVIDERS.md section 3. Codes 30001-30008 come in a
+# status callback (`failed`/`undelivered`, the message is already over); the others in the
+# create call's answer.
 TWILIO: dict[int, Classification] = {
+    # A: the account, the sender or the Auth Token is unusable until a person fixes it.
+    20003: _c(
+        SENDER_BROKEN,
+        "Twilio refused the Account SID and Auth Token (authentication error).",
+        "Replace the identity's Auth Token (`identity update --token`), then `identity resume`.",
+    ),
+    20404: _c(
+        SENDER_BROKEN,
+        "Twilio has no such resource: the Account SID is wrong or the account is closed.",
+        _TWILIO_CONSOLE,
+    ),
+    21606: _c(
+        SENDER_BROKEN,
+        "The From address is not a message-capable Twilio sender for this destination.",
+        _TWILIO_CONSOLE,
+    ),
+    30002: _c(SENDER_BROKEN, "The Twilio account is suspended.", _TWILIO_CONSOLE),
+    63001: _c(
+        SENDER_BROKEN, "Twilio could not authenticate with the WhatsApp channel.", _TWILIO_CONSOLE
+    ),
+    63007: _c(
+        SENDER_BROKEN,
+        "No WhatsApp channel for the From address: the sender is not set up in Twilio.",
+        _TWILIO_CONSOLE,
+    ),
+    # T, rate limits: not processed, safe to retry later.
     20429: _c(
         RATE_LIMITED,
         "Too many concurrent requests; Twilio did not process this one.",
         _SLOW,
     ),
+    21611: _c(
+        RATE_LIMITED,
+        "The From sender has too many messages queued at Twilio (over its queue limit).",
+        _SLOW,
+    ),
+    30001: _c(
+        RATE_LIMITED,
+        "Queue overflow: the message waited too long in Twilio's queue and was dropped.",
+        "Requeue it once the backlog is gone; if frequent, lower the identity's rate.",
+    ),
+    63018: _c(RATE_LIMITED, "Channel rate limit reached.", _SLOW),
+    # T, Twilio is having trouble: the outcome is not known.
+    20500: _c(UNKNOWN, "Twilio had an internal server error.", _TWILIO_RETRY),
+    20503: _c(UNKNOWN, "Twilio's service is temporarily unavailable.", _TWILIO_RETRY),
+    # P: this message will not go as it is.
+    21211: _c(PERMANENT, "The 'To' number is not a valid phone number.", _CHECK_NUMBER),
+    21408: _c(
+        PERMANENT,
+        "Sending to the recipient's region is not enabled on the Twilio account.",
+        "Enable the region in the Console's geographic permissions, then requeue. Other "
+        "regions are unaffected, so the identity is not paused.",
+    ),
+    21610: _c(
+        PERMANENT,
+        "The recipient has unsubscribed (replied STOP) from this sender.",
+        "Do not resend: the recipient must opt in again (reply START).",
+    ),
+    21612: _c(PERMANENT, "Twilio cannot route to this 'To' number.", _CHECK_NUMBER),
+    21614: _c(PERMANENT, "The 'To' number is not a valid mobile number.", _CHECK_NUMBER),
+    21617: _c(PERMANENT, "The text is longer than Twilio's 1,600 characters.", _FIX_REQUEST),
+    30003: _c(
+        PERMANENT,
+        "Unreachable destination: the phone is off or out of coverage.",
+        "Requeue later, or reach the customer another way.",
+    ),
+    30004: _c(
+        PERMANENT,
+        "Message blocked: the recipient blocked the sender or cannot receive it.",
+        "Do not resend; check with the customer.",
+    ),
+    30005: _c(PERMANENT, "Unknown destination: the number does not exist.", _CHECK_NUMBER),
+    30006: _c(
+        PERMANENT,
+        "Landline or unreachable carrier: the number cannot receive this message.",
+        _CHECK_NUMBER,
+    ),
+    30007: _c(
+        PERMANENT,
+        "Filtered by the carrier or the channel as unwanted.",
+        "Review the content and the sender's standing before sending again.",
+    ),
+    30008: _c(
+        PERMANENT,
+        "Twilio reported an unknown delivery error after accepting the message.",
+        "Requeue once; if it fails again, ask Twilio support with the message SID.",
+    ),
+    63003: _c(PERMANENT, "The WhatsApp channel could not find the 'To' address.", _CHECK_NUMBER),
     63016: _c(
         PERMANENT,
         "Outside the 24-hour window: free-form text is not allowed.",
         "Send an approved template instead, or wait for the user to write.",
     ),
-    63018: _c(RATE_LIMITED, "Channel rate limit reached.", _SLOW),
+    63024: _c(PERMANENT, "Invalid recipient for the WhatsApp channel.", _CHECK_NUMBER),
+    63049: _c(
+        PERMANENT,
+        "Meta chose not to deliver this WhatsApp marketing message.",
+        "Do not resend now; a new send after 24 hours or more may work.",
+    ),
+    # A template (content) problem: a person must fix it.
+    21656: _c(
+        NEEDS_HUMAN,
+        "The ContentVariables do not fit the content template.",
+        "Fix the template's variables (or the Content SID), then requeue.",
+    ),
 }
 
 CODES: dict[str, dict[int, Classification]] = {"whatsapp": WHATSAPP, "twilio": TWILIO}
@@ -313,7 +417,11 @@ class DeadLetterGroup:
 # in `rank` order.
 ACTIONABLE_ORDER: tuple[DeadLetterGroup, ...] = (
     DeadLetterGroup("exhausted", EXHAUSTED),
-    DeadLetterGroup("template", NEEDS_HUMAN, {"whatsapp": frozenset(range(132000, 132017))}),
+    DeadLetterGroup(
+        "template",
+        NEEDS_HUMAN,
+        {"whatsapp": frozenset(range(132000, 132017)), "twilio": frozenset({21656})},
+    ),
     DeadLetterGroup(
         "window_closed",
         PERMANENT,

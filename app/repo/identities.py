@@ -100,8 +100,13 @@ def get_identity(session: Session, identity_id: int) -> Identity | None:
     return session.get(Identity, identity_id, populate_existing=True)
 
 
-def find_identity(session: Session, provider: str, account_id: str) -> Identity | None:
+def find_identity(
+    session: Session, provider: str, account_id: str, sender: str | None = None
+) -> Identity | None:
+    """The identity of that account (for Twilio, of that account and sender)."""
     query = select(Identity).where(Identity.provider == provider, Identity.account_id == account_id)
+    if sender is not None:
+        query = query.where(Identity.sender == sender)
     return session.scalars(query).one_or_none()
 
 

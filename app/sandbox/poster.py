@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl
 
 import httpx
 
@@ -35,6 +36,9 @@ class Delivery:
     kind: str  # "statuses" or "inbound", for the log
     bodies: list[bytes]
     interval: float
+    # Providers that sign otherwise (Twilio signs the URL and the form with its Auth
+    # Token): the headers of one body. None: Meta's JSON signed with the app secret.
+    headers_for: Callable[[bytes], dict[str, str]] | None = None
 
 
 @dataclass(order=True)
@@ -108,10 +112,13 @@ class WebhookPoster:
     def _post(self, item: _Due) -> None:
         delivery = item.delivery
         body = delivery.bodies[item.index]
-        headers = {
-            "Content-Type": "application/json",
-            "X-Hub-Signature-256": sign(body, delivery.app_secret),
-        }
+        if delivery.headers_for is not None:
+            headers = delivery.headers_for(body)
+        else:
+            headers = {
+                "Content-Type": "application/json",
+                "X-Hub-Signature-256": sign(body, delivery.app_secret),
+            }
         http_status: int | None = None
         error: str | None = None
         try:
@@ -145,7 +152,7 @@ class WebhookPoster:
                 "phone_number_id": delivery.phone_number_id,
                 "url": delivery.url,
                 "kind": delivery.kind,
-                "payload": json.loads(body),
+                "payload": _payload(body, headers),
                 "attempts": attempt,
                 "result": "delivered" if ok else "dropped",
                 "http_status": http_status,
@@ -156,3 +163,10 @@ class WebhookPoster:
             with self._cond:
                 next_at = time.monotonic() + delivery.interval
                 self._push(next_at, delivery, item.index + 1, 0, item.generation)
+
+
+def _payload(body: bytes, headers: dict[str, str]) -> Any:
+    """The body as data for the log: JSON, or a form's fields."""
+    if headers.get("Content-Type", "").startswith("application/x-www-form-urlencoded"):
+        return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+    return json.loads(body)

@@ -22,6 +22,11 @@ from app.sandbox.errors import error_body
 from app.sandbox.pages import PagesState, handle_page_send
 from app.sandbox.poster import WebhookPoster
 from app.sandbox.state import SandboxState
+from app.sandbox.twilio import API_PREFIX as TWILIO_API
+from app.sandbox.twilio import CONTROL_PREFIX as TWILIO_CONTROL
+from app.sandbox.twilio import Reply as TwilioReply
+from app.sandbox.twilio import TwilioSandbox
+from app.sandbox.twilio_control import TwilioControl
 from app.sandbox.whatsapp import Reply, handle_send
 
 logger = logging.getLogger("app.sandbox")
@@ -37,6 +42,8 @@ class SandboxServer:
         self.poster = WebhookPoster(on_result=self.state.log_webhook)
         self.pages = PagesState()
         self.control = ControlApi(self.state, self.poster, self.pages)
+        self.twilio = TwilioSandbox(self.poster)
+        self.twilio_control = TwilioControl(self.twilio)
         # Set on stop: hanging handlers wake up and drop their connection instead of
         # keeping the process (or a test) alive for hang_seconds.
         self.stopping = threading.Event()
@@ -119,6 +126,17 @@ class _Handler(BaseHTTPRequestHandler):
         sandbox = self.server.sandbox
         url = urlsplit(self.path)
         raw = self._read_body()
+        if url.path.startswith(TWILIO_CONTROL + "/"):
+            query = dict(parse_qsl(url.query))
+            self._answer(*sandbox.twilio_control.handle(self.command, url.path, query, raw))
+            return
+        if url.path.startswith(TWILIO_API) and self.command == "POST":
+            twilio_reply = sandbox.twilio.handle_create(url.path, dict(self.headers.items()), raw)
+            if twilio_reply is not None:
+                self._deliver(twilio_reply)
+                return
+        if url.path.rstrip("/") == "/_sandbox/reset":
+            sandbox.twilio.reset()
         if url.path.startswith("/_sandbox/"):
             query = dict(parse_qsl(url.query))
             status, body = sandbox.control.handle(self.command, url.path, query, raw)
@@ -139,7 +157,7 @@ class _Handler(BaseHTTPRequestHandler):
             sandbox.poster.schedule(reply.webhooks, reply.webhook_delay)
         self._deliver(reply)
 
-    def _deliver(self, reply: Reply) -> None:
+    def _deliver(self, reply: Reply | TwilioReply) -> None:
         if reply.answer == "reset":
             self._reset_connection()
             return

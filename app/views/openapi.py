@@ -290,6 +290,45 @@ def document() -> dict[str, Any]:
                 },
             },
             **_messenger_webhook(),
+            "/webhooks/twilio/{identity_id}": {
+                "post": {
+                    "summary": "Twilio status callbacks and incoming messages (for the provider)",
+                    "description": "Form-encoded, signed with `X-Twilio-Signature` (HMAC-SHA1 "
+                    "of the full URL, query string included, and the sorted form parameters, "
+                    "with the identity's Auth Token). Ratchet gives this URL, with a `c` query "
+                    "parameter naming the message, as the `StatusCallback` of every send.",
+                    "operationId": "twilioCallback",
+                    "security": [],
+                    "parameters": [
+                        {
+                            "name": "identity_id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "integer"},
+                        }
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/x-www-form-urlencoded": {"schema": {"type": "object"}}
+                        },
+                    },
+                    "responses": {
+                        "200": {
+                            "description": "Stored; the status applied, parked, ignored (a "
+                            "Twilio step below `sent`) or a duplicate; or an incoming message "
+                            "opened the 24-hour window."
+                        },
+                        "202": {"description": "Signed, but not understood: kept verbatim."},
+                        "400": _error("Not form data."),
+                        "401": _error(
+                            "No such Twilio identity, a signature that does not match, or "
+                            "another account's callback (one answer for all three)."
+                        ),
+                        "413": _error("The body is larger than 1 MiB, however it is framed."),
+                    },
+                }
+            },
             "/healthz": {
                 "get": {
                     "summary": "Liveness (internal): the process is up",

@@ -69,7 +69,12 @@ REJECTIONS = {400: "malformed", 401: "unverified", 413: "too_large"}
 
 @bp.after_request
 def _count_delivery(response: Response) -> Response:
-    """This process's webhook counters (`/metrics`), for every delivery POSTed here."""
+    return count_delivery(response)
+
+
+def count_delivery(response: Response) -> Response:
+    """This process's webhook counters (`/metrics`), for every delivery POSTed to a webhook
+    route (`/webhooks/<provider>...`)."""
     if request.method == "POST" and request.url_rule is not None:
         # From the route, not the path: the label takes only the routes' few values.
         provider = request.url_rule.rule.split("/")[2]

@@ -11,6 +11,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -91,10 +92,52 @@ class Env:
             )
         return {"phone_number_id": phone_number_id, "identity_id": identity.id, "api_key": key}
 
+    def twilio_account(self, *, token: str = "twilio-auth-token", **settings: Any) -> Any:
+        """A sandbox Twilio account with one sender, and the Ratchet identity that sends
+        from it. Its sid stands in the number's place for the sandbox's webhook log."""
+        account_sid = f"AC{next(_numbers):032x}"
+        sender = "whatsapp:+15550100001"
+        self.sandbox(
+            "POST",
+            "/twilio/accounts",
+            json={
+                "account_sid": account_sid,
+                "auth_token": "twilio-auth-token",
+                "senders": [sender],
+                "hang_seconds": HANG_SECONDS,
+                **settings,
+            },
+        )
+        with self.db.transaction() as session:
+            tenant, key = create_tenant(session, f"tenant-{account_sid}", self.now)
+            identity = create_identity(
+                session,
+                self.box,
+                tenant_id=tenant.id,
+                provider="twilio",
+                account_id=account_sid,
+                base_url=self.sandbox_url,
+                token=token,
+                sender=sender,
+                now=self.now,
+            )
+        return {
+            "phone_number_id": account_sid,
+            "identity_id": identity.id,
+            "api_key": key,
+            "provider": "twilio",
+        }
+
     def accepted(self, number: dict[str, Any]) -> list[dict[str, Any]]:
+        if number.get("provider") == "twilio":
+            path = f"/twilio/accounts/{number['phone_number_id']}/messages"
+            return self.sandbox("GET", path)["messages"]
         return self.sandbox("GET", f"/numbers/{number['phone_number_id']}/messages")["messages"]
 
     def requests(self, number: dict[str, Any]) -> list[dict[str, Any]]:
+        if number.get("provider") == "twilio":
+            path = f"/twilio/requests?account_sid={number['phone_number_id']}"
+            return self.sandbox("GET", path)["requests"]
         path = f"/requests?phone_number_id={number['phone_number_id']}"
         return self.sandbox("GET", path)["requests"]
 
@@ -159,6 +202,10 @@ def env(
     app.extensions["ratchet.db"].dispose()
     app.extensions["ratchet.db"] = committed_db
     server = make_server("127.0.0.1", 0, app, threaded=True)
+    # Providers told where to call back (Twilio's StatusCallback) are told this server.
+    app.config["RATCHET"] = replace(
+        app.config["RATCHET"], public_base_url=f"http://127.0.0.1:{server.port}"
+    )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     environment = Env(app, committed_db, f"http://127.0.0.1:{server.port}", sandbox.url)

@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from redis import Redis
@@ -58,10 +59,14 @@ def die_with_parent() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("provider", ["whatsapp", "twilio"])
 def test_a_run_with_a_flushed_redis_and_a_killed_worker_loses_and_duplicates_nothing(
-    env: Env, tmp_path: Path
+    env: Env, tmp_path: Path, provider: str
 ) -> None:
-    number = env.number(honour_idempotency_keys=True, hang_seconds=4)
+    if provider == "twilio":
+        number = env.twilio_account(honour_idempotency_keys=True, hang_seconds=4)
+    else:
+        number = env.number(honour_idempotency_keys=True, hang_seconds=4)
     process_env = {
         **os.environ,
         "DATABASE_URL": PG_URL,
@@ -117,12 +122,13 @@ def test_a_run_with_a_flushed_redis_and_a_killed_worker_loses_and_duplicates_not
                 ).all()
             )
         per_message = Counter(
-            correlation.get(a["body"].get("biz_opaque_callback_data")) for a in env.accepted(number)
+            correlation.get(correlation_of(provider, a)) for a in env.accepted(number)
         )
         duplicates = sum(count - 1 for count in per_message.values() if count > 1)
         lost = acknowledged - done
         print(
-            f"\nacknowledged {acknowledged}, lost {lost}, provider duplicates {duplicates} "
+            f"\n{provider}: acknowledged {acknowledged}, lost {lost}, "
+            f"provider duplicates {duplicates} "
             f"(redis flushed: {flushed}, worker killed mid-send: {killed})"
         )
         assert flushed and killed
@@ -145,6 +151,15 @@ def test_a_run_with_a_flushed_redis_and_a_killed_worker_loses_and_duplicates_not
                 os.killpg(process.pid, signal.SIGKILL)  # what is left of its group
     for name in ("worker0", "worker1", "worker2", "sweeper"):
         assert "Traceback" not in (tmp_path / f"{name}.log").read_text(), name
+
+
+def correlation_of(provider: str, accepted: dict) -> str | None:
+    """Our correlation id in an accepted send: WhatsApp's biz_opaque_callback_data, or the
+    `c` of Twilio's StatusCallback URL."""
+    if provider == "twilio":
+        callback = accepted["form"].get("StatusCallback", "")
+        return dict(parse_qsl(urlsplit(callback).query)).get("c")
+    return accepted["body"].get("biz_opaque_callback_data")
 
 
 def finished(env: Env, ids: list[int]) -> int:

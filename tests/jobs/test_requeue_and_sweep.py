@@ -185,9 +185,11 @@ def test_the_demo_trickle_sends_campaigns_and_replies_to_customers_who_wrote_in(
     login = demo.seed(env.db, env.box, env.sandbox_url, env.base_url)
     stop = threading.Event()
     rung: list[tuple[int, str]] = []
+    identities: set[int] = set()
 
     def ring(message_id: int, lane: str, identity_id: int) -> bool:
         rung.append((message_id, lane))
+        identities.add(identity_id)
         if len(rung) >= len(demo.TRICKLE):
             stop.set()
         return True
@@ -200,6 +202,11 @@ def test_the_demo_trickle_sends_campaigns_and_replies_to_customers_who_wrote_in(
     assert not worker.is_alive()
     lanes = {lane for _, lane in rung}
     assert lanes == {"reply", "campaign"} and len(rung) == len(demo.TRICKLE)
+    # The demo's traffic goes out through its WhatsApp and its Twilio identity.
+    assert login.twilio_identity_id and identities == {
+        login.identity_id,
+        login.twilio_identity_id,
+    }
     replies = [env.message(i) for i, lane in rung if lane == "reply"]
     with env.db.transaction() as session:
         for reply in replies:

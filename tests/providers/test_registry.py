@@ -7,6 +7,7 @@ import pytest
 from app.providers import PROVIDERS, UnknownProviderError, get_provider
 from app.providers.base import Provider
 from app.providers.meta_messaging import MetaMessagingProvider
+from app.providers.twilio import TwilioProvider
 from app.providers.whatsapp import WhatsAppProvider
 
 
@@ -41,3 +42,8 @@ def test_messenger_and_instagram_are_registered_as_one_module_told_apart_by_obje
     assert isinstance(messenger, MetaMessagingProvider)
     assert isinstance(instagram, MetaMessagingProvider)
     assert (messenger.object_name, instagram.object_name) == ("page", "instagram")
+
+
+def test_twilio_is_registered_under_its_own_name() -> None:
+    provider: Provider = get_provider("twilio")  # checked by mypy too
+    assert isinstance(provider, TwilioProvider) and provider.name == "twilio"

@@ -265,10 +265,10 @@ def test_a_send_through_a_provider_ratchet_cannot_send_through_yet_is_refused(
 ) -> None:
     with db.transaction() as session:
         # A row the CLI no longer creates (written by hand, or by an older version).
-        session.execute(text("UPDATE identities SET provider = 'twilio'"))
+        session.execute(text("UPDATE identities SET provider = 'telegram'"))
     response = post(client, world, body(world))
     assert response.status_code == 422
     error = response.get_json()["error"]
-    assert "twilio" in error and "cannot send through yet" in error
+    assert "telegram" in error and "cannot send through yet" in error
     assert response.get_json()["field"] == "identity_id"
     assert count_messages(db) == 0

@@ -1,0 +1,281 @@
+"""`/webhooks/twilio/<identity_id>` with real signatures: Twilio's documented callbacks,
+applied through the same reconciler as WhatsApp's; forged ones refused with nothing kept."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import func, select, text
+from twilio.request_validator import RequestValidator
+
+from app.crypto import SecretBox
+from app.db import Database
+from app.models import ConversationWindow, Message, MessageEvent, WebhookDelivery, WebhookStatus
+from app.repo.claims import claim_message
+from app.repo.identities import create_identity
+from app.repo.sending import record_accepted, start_attempt
+from app.repo.tenants import create_tenant
+
+from ..conftest import SECRET_KEY, T0
+from ..factories import World, make_message
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "twilio"
+PUBLIC = "http://127.0.0.1:8000"  # the test app's PUBLIC_BASE_URL (the default)
+SID = "AC" + "X" * 32  # the fixtures' account
+TOKEN = "twilio-auth-token-acme"
+SENDER = "whatsapp:+14155238886"
+MESSAGE_SID = "SM" + "X" * 32
+LEASE = timedelta(seconds=25)
+
+
+def fixture(name: str) -> dict[str, str]:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def make_twilio_world(
+    db: Database, *, name: str = "acme", sid: str = SID, token: str = TOKEN, sender: str = SENDER
+) -> World:
+    with db.transaction() as session:
+        tenant, key = create_tenant(session, name, T0)
+        identity = create_identity(
+            session,
+            SecretBox(SECRET_KEY),
+            tenant_id=tenant.id,
+            provider="twilio",
+            account_id=sid,
+            base_url="http://127.0.0.1:9",
+            token=token,
+            sender=sender,
+            now=T0,
+        )
+        return World(tenant.id, key, identity.id)
+
+
+@pytest.fixture
+def world(db: Database) -> World:
+    return make_twilio_world(db)
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def path_of(identity_id: int, correlation_id: str | None = None) -> str:
+    path = f"/webhooks/twilio/{identity_id}"
+    return path + (f"?c={quote(correlation_id, safe='')}" if correlation_id else "")
+
+
+def post(
+    client: FlaskClient,
+    identity_id: int,
+    fields: dict[str, str],
+    *,
+    token: str = TOKEN,
+    correlation_id: str | None = None,
+    signature: str | None = None,
+    signed_fields: dict[str, str] | None = None,
+    signed_path: str | None = None,
+) -> Any:
+    path = path_of(identity_id, correlation_id)
+    # Signed by the official library, at the public URL Twilio was given.
+    url = PUBLIC + (signed_path or path)
+    sig = signature or RequestValidator(token).compute_signature(url, signed_fields or fields)
+    return client.post(
+        path,
+        data=urlencode(fields),
+        headers={
+            "Content-Type": "application/x-www-form-urlencoded",
+            "X-Twilio-Signature": sig,
+        },
+    )
+
+
+def sent_message(db: Database, world: World, sid: str = MESSAGE_SID) -> int:
+    message_id = make_message(db, world, recipient="16505551234")
+    with db.transaction() as session:
+        claim = claim_message(session, message_id, T0, LEASE)
+        assert claim is not None
+        start_attempt(session, claim, "key", T0)
+        record_accepted(
+            session, claim, sid, T0 + timedelta(seconds=1), unknown_attempts=0, had_unknown=False
+        )
+    return message_id
+
+
+def message(db: Database, message_id: int) -> Message:
+    with db.transaction() as session:
+        row = session.get(Message, message_id, populate_existing=True)
+        assert row is not None
+        return row
+
+
+def count(db: Database, model: type) -> int:
+    with db.transaction() as session:
+        return session.scalar(select(func.count()).select_from(model)) or 0
+
+
+def test_the_documented_delivered_and_read_callbacks_move_a_message_forward(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    message_id = sent_message(db, world)
+    for name in ("status_delivered.json", "status_read.json"):
+        response = post(client, world.identity_id, fixture(name))
+        assert response.status_code == 200, response.get_json()
+        assert response.get_json()["results"] == {"duplicate": 0, "applied": 1}
+    row = message(db, message_id)
+    assert row.status == "read" and row.delivered_at is not None and row.read_at is not None
+    with db.transaction() as session:
+        deliveries = session.scalars(select(WebhookDelivery)).all()
+    assert [d.provider for d in deliveries] == ["twilio", "twilio"]
+    assert "MessageStatus=delivered" in deliveries[0].body  # the raw form, kept verbatim
+
+
+def test_undelivered_fails_the_message_with_the_error_code_verbatim(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    message_id = sent_message(db, world)
+    response = post(client, world.identity_id, fixture("status_undelivered.json"))
+    assert response.status_code == 200, response.get_json()
+    row = message(db, message_id)
+    assert row.status == "failed"
+    assert row.failure_class == "permanent"
+    assert row.last_error is not None and row.last_error["code"] == 63016
+
+
+@pytest.mark.parametrize("step", ["queued", "accepted", "scheduled", "sending"])
+def test_twilios_own_steps_below_sent_are_recorded_and_change_nothing(
+    client: FlaskClient, db: Database, world: World, step: str
+) -> None:
+    message_id = sent_message(db, world)
+    fields = fixture("status_delivered.json") | {"MessageStatus": step, "SmsStatus": step}
+    response = post(client, world.identity_id, fields)
+    assert response.status_code == 200
+    assert response.get_json()["results"] == {"duplicate": 0, "ignored": 1}
+    assert message(db, message_id).status == "sent"
+    assert count(db, WebhookStatus) == 1
+
+
+def test_a_duplicated_callback_is_a_duplicate_and_a_late_one_never_moves_back(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    message_id = sent_message(db, world)
+    read = fixture("status_read.json")
+    assert post(client, world.identity_id, read).get_json()["results"]["applied"] == 1
+    again = post(client, world.identity_id, read).get_json()["results"]
+    assert again == {"duplicate": 1}
+    late = post(client, world.identity_id, fixture("status_delivered.json"))
+    assert late.status_code == 200
+    assert message(db, message_id).status == "read"
+
+
+def test_a_callback_that_beats_the_send_answer_is_matched_by_the_signed_correlation_id(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    message_id = make_message(db, world, recipient="16505551234")
+    with db.transaction() as session:
+        claim = claim_message(session, message_id, T0, LEASE)
+        assert claim is not None
+        start_attempt(session, claim, "key", T0)
+    correlation_id = message(db, message_id).correlation_id
+    assert correlation_id
+    response = post(
+        client, world.identity_id, fixture("status_delivered.json"), correlation_id=correlation_id
+    )
+    assert response.status_code == 200, response.get_json()
+    row = message(db, message_id)
+    assert row.status == "delivered" and row.provider_message_id == MESSAGE_SID
+
+
+def test_an_incoming_message_opens_the_window_on_that_identity(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    response = post(client, world.identity_id, fixture("inbound_text.json"))
+    assert response.status_code == 200 and response.get_json()["inbound"] == 1
+    with db.transaction() as session:
+        window = session.scalars(select(ConversationWindow)).one()
+    assert (window.identity_id, window.recipient) == (world.identity_id, "16505551234")
+
+
+def refusals(db: Database) -> tuple[int, int, int]:
+    return count(db, WebhookDelivery), count(db, WebhookStatus), count(db, MessageEvent)
+
+
+def test_forged_tampered_and_wrongly_keyed_callbacks_are_refused_with_nothing_kept(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    message_id = sent_message(db, world)
+    other = make_twilio_world(db, name="other", sid="AC" + "Y" * 32, token="other-token")
+    before = refusals(db)
+    read = fixture("status_read.json")
+    answers = [
+        # No signature at all, and a made-up one.
+        client.post(path_of(world.identity_id), data=urlencode(read), headers={}),
+        post(client, world.identity_id, read, signature="bm90IGEgc2lnbmF0dXJl"),
+        # Signed with another identity's Auth Token.
+        post(client, world.identity_id, read, token="other-token"),
+        # A field changed after signing.
+        post(client, world.identity_id, read, signed_fields=read | {"MessageStatus": "sent"}),
+        # Signed for another URL: another identity's path, or another query string.
+        post(client, world.identity_id, read, signed_path=path_of(other.identity_id)),
+        post(
+            client,
+            world.identity_id,
+            read,
+            correlation_id="ratchet:1:1:x",
+            signed_path=path_of(world.identity_id, "ratchet:1:1:y"),
+        ),
+        # Correctly signed by the other account, but sent to ours; and ours sent to theirs.
+        post(client, world.identity_id, read | {"AccountSid": other_sid()}, token="other-token"),
+        post(client, other.identity_id, read),
+        # Signed with our token but naming another account: not a callback of ours.
+        post(client, world.identity_id, read | {"AccountSid": other_sid()}),
+        # Addressed to an identity that does not exist, or past any id.
+        post(client, 999_999, read),
+        post(client, 2**70, read),
+    ]
+    assert [a.status_code for a in answers] == [401] * len(answers)
+    assert {a.get_json()["error"] for a in answers} == {
+        "the request is not signed by the Twilio identity it is addressed to"
+    }
+    assert refusals(db) == before
+    assert message(db, message_id).status == "sent"
+
+
+def other_sid() -> str:
+    return "AC" + "Y" * 32
+
+
+def test_the_same_account_sid_under_two_senders_is_two_identities(db: Database) -> None:
+    first = make_twilio_world(db)
+    second = make_twilio_world(db, name="acme-2", sender="whatsapp:+14155230000")
+    assert first.identity_id != second.identity_id
+
+
+def test_a_body_that_is_not_form_data_is_a_400_before_any_lookup(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    response = client.post(
+        path_of(world.identity_id),
+        data=b"\xff\xfe{not form",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert response.status_code == 400
+    assert count(db, WebhookDelivery) == 0
+
+
+def test_an_auth_token_this_secret_key_cannot_read_verifies_nothing(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    with db.transaction() as session:
+        session.execute(text("UPDATE identities SET token_encrypted = 'not-a-fernet-token'"))
+    response = post(client, world.identity_id, fixture("status_read.json"))
+    assert response.status_code == 401
+    assert count(db, WebhookDelivery) == 0
