@@ -17,6 +17,8 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     from app import auth, cli, crypto, db
     from app.views import (
         api,
+        audit,
+        bulk,
         dead_letters,
         errors,
         health,
@@ -57,4 +59,6 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(dead_letters.bp)
     app.register_blueprint(messages.bp)
     app.register_blueprint(search.bp)
+    app.register_blueprint(bulk.bp)
+    app.register_blueprint(audit.bp)
     return app

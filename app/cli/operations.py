@@ -35,7 +35,7 @@ def message_requeue(message_id: int, actor: str | None, force: bool, reason: str
                 "message.requeue",
                 f"message:{message_id}",
                 utcnow(),
-                {"forced": force, "reason": reason, "cycle": message.cycle},
+                {"forced": force, "reason": reason, "cycle": message.cycle, "via": "cli"},
                 tenant_id=message.tenant_id,
             )
     except messages.RequeueRefusedError as exc:
