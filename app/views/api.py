@@ -200,7 +200,7 @@ def cancel(message_id: int) -> ResponseReturnValue:
         given = payload.get("reason")
         if given is not None:
             if not isinstance(given, str) or not given.strip() or len(given) > 500:
-                return json_error(400, "`reason` must be a non-empty string of at most 500 characters")
+                return json_error(400, "`reason` must be a non-empty string of 500 or fewer")
             if "\x00" in given:
                 return json_error(400, "`reason` must not contain a NUL character")
             reason = given.strip()
