@@ -145,7 +145,7 @@ def run_chunk(session: Session, plan_id: int, now: datetime, limit: int = CHUNK)
             f"bulk.{plan.kind}.done",
             f"bulk:{plan.id}",
             now,
-            progress_detail(plan),
+            {**progress_detail(plan), "via": "bulk runner"},
             tenant_id=plan.tenant_id,
         )
         chunk.finished = True

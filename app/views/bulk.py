@@ -15,6 +15,7 @@ from datetime import timedelta
 
 from flask import abort, flash, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
+from sqlalchemy.orm import Session
 
 from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
@@ -48,6 +49,15 @@ def _int(raw: str | None) -> int | None:
     return int(raw) if raw.isdigit() and len(raw) <= 18 else None
 
 
+def _readable(session: Session, described: dict[str, str]) -> dict[str, str]:
+    """The filters as a person reads them on the plan's page (an identity by its name)."""
+    if "identity" in described:
+        for label in list_identities(session, tenant_scope()):
+            if str(label.id) == described["identity"]:
+                described = {**described, "identity": f"{label.provider} …{label.account_id[-4:]}"}
+    return described
+
+
 @bp.post("/dead-letters/bulk-requeue")
 @requires_role("operator")
 def preview_requeue_view() -> ResponseReturnValue:
@@ -70,6 +80,7 @@ def preview_requeue_view() -> ResponseReturnValue:
         if form.get(key, "")
     }
     with get_db().transaction() as session:
+        described = _readable(session, described)
         preview = preview_requeue(session, filters, described, now(), actor=staff().email)
         plan_id = preview.plan.id
     return redirect(url_for("bulk.show", plan_id=plan_id, **scope_args()))
@@ -104,6 +115,7 @@ def preview_cancel_view() -> ResponseReturnValue:
     )
     described = {k: form.get(k, "") for k in ("identity", "lane", "period") if form.get(k, "")}
     with get_db().transaction() as session:
+        described = _readable(session, described)
         preview = preview_cancel(session, filters, described, now(), actor=staff().email)
         plan_id = preview.plan.id
     return redirect(url_for("bulk.show", plan_id=plan_id, **scope_args()))
