@@ -218,3 +218,22 @@ def test_the_ticket_summary_counts_requeues_and_says_a_canceled_message_never_we
     assert "Why: canceled by support before it was sent; it was never sent" in summary
     assert "Requeues: 1 (last 2026-11-30 12:10:00 UTC)" in summary
     assert "secret internal reason" not in summary
+
+
+def test_the_clis_cancel_refuses_a_claimed_message_and_says_why(
+    app: Flask, db: Database, tenants: Tenants
+) -> None:
+    from app.repo.claims import claim_message
+
+    from .dashboard_world import LEASE
+
+    message_id = make_message(db, tenants.acme)
+    with db.transaction() as session:
+        assert claim_message(session, message_id, NOW, LEASE) is not None
+    result = app.test_cli_runner().invoke(
+        args=["message", "cancel", str(message_id), "--reason", "too late", "--by", "cli:maria"]
+    )
+    assert result.exit_code == 1
+    assert "not canceled: already claimed by a worker: it may be in flight" in result.output
+    missing = app.test_cli_runner().invoke(args=["message", "cancel", "999999", "--reason", "x"])
+    assert missing.exit_code == 1 and "does not exist" in missing.output

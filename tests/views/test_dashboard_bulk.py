@@ -360,3 +360,18 @@ def test_a_dismissed_dead_letter_leaves_the_list_stays_searchable_and_is_audited
         headers=HTMX,
     )
     assert "Not dismissed: already off the list" in again.get_data(as_text=True)
+
+
+def test_the_clis_dead_letters_leave_out_a_dismissed_one(
+    app: Flask, operator: FlaskClient, db: Database, tenants: Tenants
+) -> None:
+    kept = failed_message(db, tenants.acme)
+    gone = failed_message(db, tenants.acme, minute=1)
+    page = operator.get("/dead-letters").get_data(as_text=True)
+    operator.post(
+        f"/dead-letters/{gone}/dismiss", data={"csrf_token": csrf_token(page), "cycle": "1"}
+    )
+    result = app.test_cli_runner().invoke(args=["message", "dead-letters"])
+    assert result.exit_code == 0, result.output
+    listed = [line.split()[0] for line in result.output.splitlines()[1:-1]]
+    assert listed == [str(kept)]
