@@ -375,3 +375,23 @@ def test_the_clis_dead_letters_leave_out_a_dismissed_one(
     assert result.exit_code == 0, result.output
     listed = [line.split()[0] for line in result.output.splitlines()[1:-1]]
     assert listed == [str(kept)]
+
+
+def test_platform_staff_preview_every_tenant_or_the_one_they_narrowed_to_and_an_admin_may_too(
+    app: Flask, db: Database, tenants: Tenants
+) -> None:
+    exhausted(db, tenants.acme)
+    exhausted(db, tenants.other)
+    platform = client_for(app, db, "root@platform.test", "admin", None)
+    plan_id, page = preview(platform)
+    assert "The filters match 2" in page
+    token = page_token(platform, f"/dead-letters?tenant={tenants.other.tenant_id}")
+    response = platform.post(
+        f"/dead-letters/bulk-requeue?tenant={tenants.other.tenant_id}", data={"csrf_token": token}
+    )
+    narrowed = platform.get(response.headers["Location"]).get_data(as_text=True)
+    assert "The filters match 1" in narrowed
+    with db.transaction() as session:
+        plans = {p.id: p.tenant_id for p in session.scalars(select(BulkPlan))}
+    assert plans[plan_id] is None
+    assert sorted(plans.values(), key=str) == sorted([None, tenants.other.tenant_id], key=str)
