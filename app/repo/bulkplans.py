@@ -393,6 +393,7 @@ def confirm_plan(
             "groups": sorted(groups),
             "filters": plan.filters,
             "reason": plan.reason,
+            "via": "web",
             "excluded_held": plan.kind == REQUEUE
             and bool(
                 session.scalar(
@@ -427,7 +428,7 @@ def stop_plan(
             f"bulk.{plan.kind}.stop",
             f"bulk:{plan.id}",
             now,
-            progress_detail(plan),
+            {**progress_detail(plan), "via": "web"},
             tenant_id=plan.tenant_id,
         )
     session.flush()

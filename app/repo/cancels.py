@@ -181,6 +181,7 @@ def dismiss_message(
         now,
         {
             "reason": reason,
+            "via": "web",
             "cycle": expected_cycle,
             "failure_class": message.failure_class,
             "code": (message.last_error or {}).get("code"),

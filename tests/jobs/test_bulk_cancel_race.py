@@ -62,7 +62,8 @@ def test_a_bulk_cancel_racing_a_drains_claims_ends_each_message_sent_once_or_can
 
     def drain_it() -> None:
         try:
-            drain.run("race")
+            with env.app.app_context():  # a drain rings itself again at the end of a slice
+                drain.run("race")
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 

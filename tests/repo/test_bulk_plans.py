@@ -254,7 +254,7 @@ def test_a_stopped_plan_touches_nothing_more_and_says_how_many_it_left(
         ).one()
     assert progress_detail(plan)["untouched"] == 3
     assert stop_row.actor == "boss@acme.test"
-    assert stop_row.detail == progress_detail(plan)
+    assert stop_row.detail == {**progress_detail(plan), "via": "web"}
 
 
 def test_a_plan_with_nothing_ticked_or_a_cancel_without_a_reason_is_refused(
