@@ -6,7 +6,8 @@ Every pass (docs/design.md section 2):
    time has come, expired leases, held messages whose identity is active again), skipping
    paused identities; ringing twice is harmless by design;
 3. expire parked statuses no message matched within 7 days;
-4. carry out a share of every running bulk plan (the backstop of its campaign-lane job).
+4. carry out a share of every running bulk plan (the backstop of its campaign-lane job),
+   and delete bulk previews nobody confirmed within a day.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from types import FrameType
 
 from app.config import Config
 from app.db import Database
-from app.repo.bulkplans import running_plan_ids
+from app.repo.bulkplans import PREVIEW_LIFETIME, expire_previews, running_plan_ids
 from app.repo.inbox import expire_parked, pending_status_ids
 from app.repo.queue import due_drains
 from app.repo.webhooks import apply_webhook_status
@@ -91,6 +92,7 @@ def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
     # 4. Running bulk plans, a bounded share each pass: they survive a Redis flush and a
     #    restart because this pass, not only their job, carries them out.
     with db.transaction() as session:
+        expire_previews(session, now - PREVIEW_LIFETIME)
         plans = running_plan_ids(session)
     for plan_id in plans:
         try:

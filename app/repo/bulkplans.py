@@ -10,10 +10,10 @@ count the plan works through (`app/repo/bulkrun.py` carries it out, chunk by chu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, exists, func, insert, or_, select, update
+from sqlalchemy import case, delete, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Source, Status
@@ -37,6 +37,8 @@ PREVIEWED, RUNNING, DONE, STOPPED = "previewed", "running", "done", "stopped"
 DEFAULT_CLASSES = frozenset({FailureClass.EXHAUSTED.value})
 # How many of the excluded (held) ones the preview lists by id.
 HELD_SHOWN = 50
+# A preview nobody confirmed within this long is deleted by the sweeper.
+PREVIEW_LIFETIME = timedelta(hours=24)
 
 
 class PlanNotFoundError(LookupError):
@@ -447,6 +449,20 @@ def progress_detail(plan: BulkPlan) -> dict[str, Any]:
         "skipped_claimed": plan.skipped_claimed,
         "untouched": plan.planned - plan.done - skipped,
     }
+
+
+def expire_previews(session: Session, before: datetime) -> int:
+    """Delete previews nobody confirmed since `before` (their stored ids with them): a
+    preview is a question, and a stale one must not be confirmed on an old picture."""
+    stale = list(
+        session.scalars(
+            select(BulkPlan.id).where(BulkPlan.status == PREVIEWED, BulkPlan.created_at < before)
+        )
+    )
+    if stale:
+        session.execute(delete(BulkPlanItem).where(BulkPlanItem.plan_id.in_(stale)))
+        session.execute(delete(BulkPlan).where(BulkPlan.id.in_(stale)))
+    return len(stale)
 
 
 def running_plan_ids(session: Session, limit: int = 20) -> list[int]:

@@ -163,7 +163,8 @@ def confirm(plan_id: int) -> ResponseReturnValue:
             )
             started, planned, kind = plan.status == RUNNING, plan.planned, plan.kind
     except PlanNotFoundError:
-        abort(404)
+        flash("That preview is gone (previews expire after a day): preview again.", "refused")
+        return redirect(url_for("dead_letters.index", **scope_args()))
     except PlanRefusedError as exc:
         flash(f"Not started: {exc}.", "refused")
         return redirect(url_for("bulk.show", plan_id=plan_id, **scope_args()))

@@ -5,6 +5,7 @@ flush), the page shows progress, and each role may do exactly what it should."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from flask import Flask, g
@@ -395,3 +396,19 @@ def test_platform_staff_preview_every_tenant_or_the_one_they_narrowed_to_and_an_
         plans = {p.id: p.tenant_id for p in session.scalars(select(BulkPlan))}
     assert plans[plan_id] is None
     assert sorted(plans.values(), key=str) == sorted([None, tenants.other.tenant_id], key=str)
+
+
+def test_a_preview_nobody_confirmed_within_a_day_is_swept_and_cannot_be_confirmed(
+    app: Flask, operator: FlaskClient, db: Database, tenants: Tenants
+) -> None:
+    message_id = exhausted(db, tenants.acme)
+    stale_id, _ = preview(operator)
+    running_id, _ = preview(operator)
+    confirm(operator, running_id, ["exhausted:131000"])
+    sweep_once(db, app.config["RATCHET"], NOW + timedelta(hours=25))
+    with db.transaction() as session:
+        left = {p.id: p.status for p in session.scalars(select(BulkPlan))}
+    assert left == {running_id: "done"}
+    page = confirm(operator, stale_id, ["exhausted:131000"])
+    assert "That preview is gone (previews expire after a day): preview again." in page
+    assert status_of(db, message_id) == "queued"  # by the plan that was confirmed
