@@ -67,12 +67,12 @@ def _requeue_one(session: Session, plan: BulkPlan, item: BulkPlanItem, now: date
         return CHANGED  # dismissed since the preview
     if message.lease_until is not None and message.lease_until > now:
         return CHANGED
-    if provider_may_hold(session, message):
-        return HELD
     try:
+        # The single requeue's rule, on the row locked above: it refuses when the provider
+        # may hold a deliverable copy now (a webhook since the preview, say).
         requeue_message(session, message.id, now, actor=f"{plan.confirmed_by} (bulk #{plan.id})")
     except RequeueRefusedError:
-        return CHANGED
+        return HELD if provider_may_hold(session, message) else CHANGED
     return REQUEUED
 
 
