@@ -129,3 +129,43 @@ def test_one_click_copies_the_ticket_summary_masked_and_without_the_body(
     assert "15557654321" not in copied and "hello" not in copied
     page.locator("details", has_text="What it copies").locator("summary").click()
     screenshot(page, "ticket-01-message-page")
+
+
+def test_an_operator_cancels_a_campaign_sent_by_mistake_from_the_stuck_page(
+    page: Page, served: Served, tenants: Tenants
+) -> None:
+    from app.repo.claims import claim_message
+    from jobs.sweep import sweep_once
+
+    from ..factories import make_message
+    from ..views.dashboard_world import LEASE
+
+    ids = [make_message(served.db, tenants.acme, recipient=f"1555000100{n}") for n in range(4)]
+    with served.db.transaction() as session:  # a worker got to the first one already
+        assert claim_message(session, ids[0], NOW, LEASE) is not None
+    page.goto(served.url + "/sign-in")
+    page.get_by_label("Email").fill("ops@acme.test")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("link", name="Stuck", exact=True).click()
+    page.get_by_role("link", name="Cancel queued messages…").click()
+    page.get_by_label("Identity").select_option(str(tenants.acme.identity_id))
+    page.get_by_label("Lane").select_option("campaign")
+    page.get_by_role("button", name="Preview the cancel").click()
+    expect(page.locator("#preview-total")).to_contain_text("The filters match 3")
+    expect(page.locator("#preview-total")).to_contain_text(
+        "1 already claimed by a worker (may be in flight): not cancellable"
+    )
+    expect(page.locator("#confirm-button")).to_have_text("Cancel 3")
+    page.get_by_label("Why cancel them?").fill("campaign sent by mistake")
+    screenshot(page, "cancel-01-preview")
+    page.locator("#confirm-button").click()
+    expect(page.locator("#bulk-progress")).to_contain_text("Running")
+    sweep_once(served.db, served.app.config["RATCHET"], NOW)
+    expect(page.locator("#bulk-counts")).to_contain_text(
+        "3/3: 3 canceled, 0 skipped", timeout=8_000
+    )
+    screenshot(page, "cancel-02-done")
+    with served.db.transaction() as session:
+        status = dict(session.execute(select(Message.id, Message.status)).all())
+    assert [status[i] for i in ids] == ["sending", "failed", "failed", "failed"]
