@@ -412,3 +412,14 @@ def test_a_preview_nobody_confirmed_within_a_day_is_swept_and_cannot_be_confirme
     page = confirm(operator, stale_id, ["exhausted:131000"])
     assert "That preview is gone (previews expire after a day): preview again." in page
     assert status_of(db, message_id) == "queued"  # by the plan that was confirmed
+
+
+def test_the_stuck_page_offers_operators_a_cancel_of_a_queued_message_and_viewers_none(
+    operator: FlaskClient, viewer: FlaskClient, db: Database, tenants: Tenants
+) -> None:
+    queued = make_message(db, tenants.acme)  # queued at T0, ten minutes ago: stuck
+    link = f'href="/messages/{queued}#cancel">Cancel…</a>'
+    assert link in operator.get("/stuck").get_data(as_text=True)
+    assert "Cancel queued messages…" in operator.get("/stuck").get_data(as_text=True)
+    page = viewer.get("/stuck").get_data(as_text=True)
+    assert f"#{queued}" in page and link not in page and "Cancel queued messages…" not in page
