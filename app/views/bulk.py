@@ -23,14 +23,16 @@ from app.repo.bulkplans import (
     RUNNING,
     PlanNotFoundError,
     PlanRefusedError,
+    confirm_plan,
+    progress_detail,
+    stop_plan,
+)
+from app.repo.bulkpreviews import (
     Preview,
     QueuedFilters,
-    confirm_plan,
     load_preview,
     preview_cancel,
     preview_requeue,
-    progress_detail,
-    stop_plan,
 )
 from app.repo.deadletters import Filters
 from app.repo.overview import list_identities

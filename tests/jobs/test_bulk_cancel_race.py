@@ -13,7 +13,8 @@ from sqlalchemy import select, update
 
 from app.clock import utcnow
 from app.models import Identity, Message
-from app.repo.bulkplans import QueuedFilters, confirm_plan, load_preview, preview_cancel
+from app.repo.bulkplans import confirm_plan
+from app.repo.bulkpreviews import QueuedFilters, load_preview, preview_cancel
 from app.repo.bulkrun import run_chunk
 from jobs.drain import Drain
 from jobs.pacing import Pacer

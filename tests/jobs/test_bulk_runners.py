@@ -13,7 +13,8 @@ from sqlalchemy import select
 
 from app.db import Database
 from app.models import BulkPlan, BulkPlanItem, Message, MessageEvent
-from app.repo.bulkplans import confirm_plan, preview_requeue
+from app.repo.bulkplans import confirm_plan
+from app.repo.bulkpreviews import preview_requeue
 from app.repo.deadletters import Filters
 from jobs.bulk import run_plan
 

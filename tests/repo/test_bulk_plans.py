@@ -16,14 +16,11 @@ from app.repo.bulkplans import (
     RUNNING,
     STOPPED,
     PlanRefusedError,
-    QueuedFilters,
     confirm_plan,
-    load_preview,
-    preview_cancel,
-    preview_requeue,
     progress_detail,
     stop_plan,
 )
+from app.repo.bulkpreviews import QueuedFilters, load_preview, preview_cancel, preview_requeue
 from app.repo.bulkrun import run_chunk
 from app.repo.cancels import dismiss_message
 from app.repo.claims import claim_message
