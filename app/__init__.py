@@ -18,6 +18,8 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     from app.views import (
         alerts,
         api,
+        audit,
+        bulk,
         dead_letters,
         errors,
         health,
@@ -68,4 +70,6 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
 
     auth.csrf.exempt(twilio_webhooks.bp)
     app.register_blueprint(twilio_webhooks.bp)
+    app.register_blueprint(bulk.bp)
+    app.register_blueprint(audit.bp)
     return app

@@ -72,6 +72,9 @@ ALLOWED: dict[tuple[Source, Status], frozenset[Status]] = {
     (Source.WEBHOOK, Status.FAILED): frozenset({Status.SENDING, Status.SENT}),
     # The one backward edge: a person requeues a failed message (a new cycle).
     (Source.OPERATOR, Status.QUEUED): frozenset({Status.FAILED}),
+    # A person cancels a message no worker has claimed yet: it ends `failed`, never sent.
+    # Once claimed it may be in flight, so it is no longer theirs to cancel.
+    (Source.OPERATOR, Status.FAILED): frozenset({Status.QUEUED}),
 }
 
 
@@ -83,6 +86,7 @@ class Refusal(StrEnum):
     FAILED_IS_FINAL = "failed_is_final"  # nothing leaves `failed` by itself
     ALREADY_SHOWN = "already_shown"  # `failed` after `delivered`/`read`
     NOT_FAILED = "not_failed"  # requeue of a message that has not failed
+    CLAIMED = "claimed"  # a cancel after a worker claimed it: it may be in flight
     NOT_ALLOWED = "not_allowed"  # any other move this source cannot make
     # Decided by the caller's fence, not by the states: a worker whose attempt was taken
     # over, or a status that belongs to an earlier cycle.
@@ -121,6 +125,8 @@ def decide(source: Source, current: Status, target: Status) -> Decision:
 def _refusal(source: Source, current: Status, target: Status) -> Refusal:
     if current == target:
         return Refusal.SAME
+    if source is Source.OPERATOR and target is Status.FAILED:
+        return Refusal.CLAIMED
     if source is Source.OPERATOR:
         return Refusal.NOT_FAILED if current is not Status.FAILED else Refusal.NOT_ALLOWED
     if current is Status.FAILED:

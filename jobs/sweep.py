@@ -5,7 +5,9 @@ Every pass (docs/design.md section 2):
 2. ring the drain of every identity and lane with something due (queued, retries whose
    time has come, expired leases, held messages whose identity is active again), skipping
    paused identities; ringing twice is harmless by design;
-3. expire parked statuses no message matched within 7 days.
+3. expire parked statuses no message matched within 7 days;
+4. carry out a share of every running bulk plan (the backstop of its campaign-lane job),
+   and delete bulk previews nobody confirmed within a day.
 
 Every `alert_interval` seconds the loop also evaluates the alerts (`jobs/alerts.py`), in a
 step of its own: it reads only the database, so it runs whether Redis, the workers or the
@@ -25,12 +27,17 @@ from types import FrameType
 from app.config import Config
 from app.db import Database
 from app.reconcile import apply_webhook_status
+from app.repo.bulkplans import PREVIEW_LIFETIME, expire_previews, running_plan_ids
 from app.repo.inbox import expire_parked, pending_status_ids
 from app.repo.queue import due_drains
 from jobs.alerts import AlertEvaluator
+from jobs.bulk import run_plan
 from jobs.drain import ring_identity
 
 log = logging.getLogger(__name__)
+
+# How long one pass spends on each running bulk plan (a chunk at least).
+BULK_SHARE_SECONDS = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +47,7 @@ class Pass:
     replayed: int
     still_pending: int
     expired: int
+    bulk_plans: int = 0
 
     def describe(self) -> str:
         return (
@@ -47,11 +55,14 @@ class Pass:
             + (f" ({self.ring_failed} could not reach Redis)" if self.ring_failed else "")
             + f", replayed {self.replayed} webhook statuses ({self.still_pending} still parked)"
             + f", expired {self.expired} parked statuses"
+            + (f", worked on {self.bulk_plans} bulk plans" if self.bulk_plans else "")
         )
 
     @property
     def did_anything(self) -> bool:
-        return bool(self.rung or self.ring_failed or self.replayed or self.expired)
+        return bool(
+            self.rung or self.ring_failed or self.replayed or self.expired or self.bulk_plans
+        )
 
 
 def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
@@ -82,7 +93,18 @@ def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
     # 3. Parked statuses no message matched in 7 days: sends from other systems, normal.
     with db.transaction() as session:
         expired = expire_parked(session, now, timedelta(days=config.parked_max_age_days))
-    return Pass(len(due) - len(failed), len(failed), replayed, still, expired)
+
+    # 4. Running bulk plans, a bounded share each pass: they survive a Redis flush and a
+    #    restart because this pass, not only their job, carries them out.
+    with db.transaction() as session:
+        expire_previews(session, now - PREVIEW_LIFETIME)
+        plans = running_plan_ids(session)
+    for plan_id in plans:
+        try:
+            run_plan(db, config, plan_id, lambda: now, budget_seconds=BULK_SHARE_SECONDS)
+        except Exception:
+            log.exception("bulk plan %s: a chunk failed; the next pass tries again", plan_id)
+    return Pass(len(due) - len(failed), len(failed), replayed, still, expired, len(plans))
 
 
 def run_sweeper(

@@ -37,7 +37,8 @@ def expected_to_apply(source: str, current: str, target: str) -> bool:
             return current != "failed" and ORDER.index(current) < ORDER.index(target)
         return False
     if source == "operator":
-        return (current, target) == ("failed", "queued")
+        # A requeue, and a cancel of a message no worker has claimed yet.
+        return (current, target) in {("failed", "queued"), ("queued", "failed")}
     return False  # the API only creates; it never moves a message
 
 
@@ -136,3 +137,8 @@ def test_a_requeue_of_anything_but_failed_is_refused() -> None:
 def test_terminal_and_advanced_states(status: str, terminal: bool, advanced: bool) -> None:
     assert is_terminal(Status(status)) is terminal
     assert is_advanced(Status(status)) is advanced
+
+
+@pytest.mark.parametrize("current", ["sending", "sent", "delivered", "read"])
+def test_a_cancel_after_a_workers_claim_is_refused_as_claimed(current: str) -> None:
+    assert decide(Source.OPERATOR, Status(current), Status.FAILED).refusal is Refusal.CLAIMED

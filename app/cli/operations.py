@@ -10,10 +10,11 @@ from app.clock import utcnow
 from app.db import get_db
 from app.providers.base import FailureClass
 from app.repo import messages, staff
+from app.repo.cancels import MessageNotFoundError, cancel_message
 from app.repo.queue import dead_letters
 from jobs.send import ring_message
 
-message_cli = AppGroup("message", help="Messages: requeue, dead letters.")
+message_cli = AppGroup("message", help="Messages: requeue, cancel, dead letters.")
 
 
 @message_cli.command("requeue")
@@ -35,7 +36,7 @@ def message_requeue(message_id: int, actor: str | None, force: bool, reason: str
                 "message.requeue",
                 f"message:{message_id}",
                 utcnow(),
-                {"forced": force, "reason": reason, "cycle": message.cycle},
+                {"forced": force, "reason": reason, "cycle": message.cycle, "via": "cli"},
                 tenant_id=message.tenant_id,
             )
     except messages.RequeueRefusedError as exc:
@@ -50,6 +51,27 @@ def message_requeue(message_id: int, actor: str | None, force: bool, reason: str
         f"requeued message {message_id} by {actor} as cycle {message.cycle}, under {key}; "
         + ("rung" if rung else "Redis unreachable: the sweeper will ring it")
     )
+
+
+@message_cli.command("cancel")
+@click.argument("message_id", type=int)
+@click.option("--reason", required=True, help="why it must not be sent (audited)")
+@click.option("--by", "actor", default=None, help="who cancels (default: the OS user)")
+def message_cancel(message_id: int, reason: str, actor: str | None) -> None:
+    """Cancel a message no worker has claimed yet: it ends failed (canceled), never sent."""
+    actor = actor or os_user()
+    if not reason.strip():
+        raise click.UsageError("--reason must say why")
+    try:
+        with get_db().transaction() as session:
+            outcome = cancel_message(
+                session, message_id, utcnow(), actor=actor, reason=reason.strip(), via="cli"
+            )
+    except MessageNotFoundError as exc:
+        raise click.ClickException(f"message {message_id} does not exist") from exc
+    if not outcome.canceled:
+        raise click.ClickException(f"message {message_id} not canceled: {outcome.why_not}")
+    click.echo(f"canceled message {message_id} by {actor}: it will never be sent")
 
 
 @message_cli.command("dead-letters")

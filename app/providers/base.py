@@ -25,6 +25,7 @@ class FailureClass(StrEnum):
     NEEDS_HUMAN = "needs_human"  # a template problem or a code we do not know
     SENDER_BROKEN = "sender_broken"  # the sending identity is unusable: pause it
     EXHAUSTED = "exhausted"  # a retry cap was reached (decided by the worker, never by a provider)
+    CANCELED = "canceled"  # a person canceled it while it was queued: never sent
 
     @property
     def is_retryable(self) -> bool:

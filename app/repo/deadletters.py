@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeVarTuple
 
 from sqlalchemy import ColumnElement, Select, and_, or_, select
 from sqlalchemy.orm import Session
@@ -19,6 +20,7 @@ from app.providers.classification import UnknownProviderCodesError, describe
 from app.repo.messages import provider_may_hold
 
 PAGE_SIZE = 50
+Ts = TypeVarTuple("Ts")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -54,6 +56,8 @@ class Filters:
     failure_class: str | None = None
     code: int | None = None
     since: datetime | None = None
+    # The dismissed (and canceled) ones instead: off the actionable list, kept for search.
+    dismissed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,17 +158,7 @@ def dead_letter_page(
     session: Session, filters: Filters, after: Cursor | None = None, limit: int = PAGE_SIZE
 ) -> tuple[list[DeadLetterRow], Cursor | None]:
     """One page of dead letters and the cursor of the next page (None: this is the last)."""
-    query = _base()
-    if filters.tenant_id is not None:
-        query = query.where(Message.tenant_id == filters.tenant_id)
-    if filters.identity_id is not None:
-        query = query.where(Message.identity_id == filters.identity_id)
-    if filters.failure_class:
-        query = query.where(Message.failure_class == filters.failure_class)
-    if filters.code is not None:
-        query = query.where(Message.last_error["code"].as_integer() == filters.code)
-    if filters.since is not None:
-        query = query.where(Message.failed_at >= filters.since)
+    query = apply_filters(_base(), filters)
     if after is not None:
         query = query.where(_after(after))
     query = query.order_by(
@@ -177,6 +171,26 @@ def dead_letter_page(
     last = rows[-1].message
     assert last.failed_at is not None
     return rows, Cursor(last.dead_letter_rank, last.failed_at, last.id)
+
+
+def apply_filters(query: Select[*Ts], filters: Filters) -> Select[*Ts]:
+    """The filters of the page on a query of failed messages (the bulk preview's too)."""
+    # A dismissed or canceled message has no rank: it is off the actionable list.
+    if filters.dismissed:
+        query = query.where(Message.dead_letter_rank.is_(None))
+    else:
+        query = query.where(Message.dead_letter_rank.is_not(None))
+    if filters.tenant_id is not None:
+        query = query.where(Message.tenant_id == filters.tenant_id)
+    if filters.identity_id is not None:
+        query = query.where(Message.identity_id == filters.identity_id)
+    if filters.failure_class:
+        query = query.where(Message.failure_class == filters.failure_class)
+    if filters.code is not None:
+        query = query.where(Message.last_error["code"].as_integer() == filters.code)
+    if filters.since is not None:
+        query = query.where(Message.failed_at >= filters.since)
+    return query
 
 
 def dead_letter_row(

@@ -62,7 +62,8 @@ def dead_letters(
     query = (
         select(Message, Identity.provider)
         .join(Identity, Identity.id == Message.identity_id)
-        .where(Message.status == Status.FAILED.value)
+        # Dismissed and canceled ones have no rank: they are off the actionable list.
+        .where(Message.status == Status.FAILED.value, Message.dead_letter_rank.is_not(None))
         .order_by(
             Message.dead_letter_rank.asc().nulls_last(),
             Message.failed_at.desc(),

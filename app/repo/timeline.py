@@ -31,6 +31,7 @@ REFUSALS = {
     "failed_is_final": "ignored: the message had already failed",
     "already_shown": "ignored: failed after the phone had shown it",
     "not_failed": "refused: only a failed message can be requeued",
+    "claimed": "refused: a worker had claimed it, so it may be in flight; not canceled",
     "not_allowed": "refused: not a move this source can make",
     "stale": "ignored: it belongs to an earlier cycle or a taken-over attempt",
 }

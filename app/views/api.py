@@ -15,6 +15,7 @@ from app.db import get_db
 from app.lifecycle import TIMESTAMP_FIELD
 from app.models import Message
 from app.providers import PROVIDERS
+from app.repo.cancels import cancel_message
 from app.repo.identities import get_identity
 from app.repo.messages import (
     NewMessage,
@@ -54,6 +55,7 @@ def require_api_key() -> Response | None:
     if tenant is None:
         return json_error(401, "that API key is not valid")
     g.tenant_id = tenant.id
+    g.tenant_name = tenant.name
     return None
 
 
@@ -186,6 +188,51 @@ def show(message_id: int) -> ResponseReturnValue:
             message = get_tenant_message(session, g.tenant_id, message_id)
     if message is None:
         return json_error(404, f"message {message_id} not found")
+    return jsonify(message_json(message))
+
+
+@bp.post("/messages/<int:message_id>/cancel")
+def cancel(message_id: int) -> ResponseReturnValue:
+    """Cancel a message no worker has claimed yet: 200 canceled, 409 with its state when
+    too late (claimed, sent, failed). An optional JSON body gives the `reason`."""
+    reason = "canceled through the API"
+    if request.content_length or request.headers.get("Transfer-Encoding"):
+        try:
+            payload = _read_json()
+        except RequestError as exc:
+            return json_error(400, str(exc))
+        if not isinstance(payload, dict) or set(payload) - {"reason"}:
+            return json_error(400, "the body may only be an object with a `reason`")
+        given = payload.get("reason")
+        if given is not None:
+            if not isinstance(given, str) or not given.strip() or len(given) > 500:
+                return json_error(400, "`reason` must be a non-empty string of 500 or fewer")
+            if "\x00" in given:
+                return json_error(400, "`reason` must not contain a NUL character")
+            reason = given.strip()
+    if message_id > MAX_ID:
+        return json_error(404, f"message {message_id} not found")
+    with get_db().transaction() as session:
+        if get_tenant_message(session, g.tenant_id, message_id) is None:
+            return json_error(404, f"message {message_id} not found")
+        outcome = cancel_message(
+            session,
+            message_id,
+            utcnow(),
+            actor=f"api:{g.tenant_name}",
+            reason=reason,
+            tenant_id=g.tenant_id,
+            via="api",
+        )
+        message = get_tenant_message(session, g.tenant_id, message_id)
+    assert message is not None
+    if not outcome.canceled:
+        body = {
+            "error": f"too late to cancel: {outcome.why_not}",
+            "status": message.status,
+            "message": message_json(message),
+        }
+        return jsonify(body), 409
     return jsonify(message_json(message))
 
 

@@ -13,7 +13,7 @@ from app.auth import SignedInStaff
 from app.crypto import check_password, hash_password
 from app.db import get_db
 from app.repo.logins import load_staff, record_sign_in, sign_in_wait
-from app.repo.staff import get_staff_by_email
+from app.repo.staff import get_staff_by_email, record_audit
 from app.views.pages import now
 
 bp = Blueprint("auth", __name__)
@@ -61,6 +61,17 @@ def sign_in() -> ResponseReturnValue:
             ok = check_password(password, found.password_hash if found else _decoy_hash())
             ok = ok and found is not None
             record_sign_in(db_session, email, address, ok, moment)
+            # In the audit log too: a tenant's admins see their own staff's sign-ins; an
+            # unknown email belongs to no tenant (platform staff see it).
+            record_audit(
+                db_session,
+                email or "(no email given)",
+                "staff.sign_in" if ok else "staff.sign_in_failed",
+                f"staff:{email}" if email else "staff:",
+                moment,
+                {"address": address, "via": "web"},
+                tenant_id=found.tenant_id if found is not None else None,
+            )
             if ok and found is not None:
                 member = load_staff(db_session, found.id)
     if wait:

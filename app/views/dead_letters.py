@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from flask import current_app, flash, redirect, render_template, request
+from flask import abort, current_app, flash, redirect, render_template, request
 from flask.typing import ResponseReturnValue
 
-from app.auth import requires_role, tenant_scope
+from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
 from app.providers.base import FailureClass
+from app.repo.cancels import MessageNotFoundError, dismiss_message
 from app.repo.deadletters import Cursor, Filters, dead_letter_page, dead_letter_row
 from app.repo.overview import list_identities
 from app.repo.timeline import scoped_message
@@ -41,6 +42,7 @@ def index() -> ResponseReturnValue:
         failure_class=failure_class if failure_class in CLASSES else None,
         code=_int("code"),
         since=now() - PERIODS[period] if period in PERIODS else None,
+        dismissed=request.args.get("dismissed") == "1",
     )
     after = Cursor.decode(request.args.get("after"))
     with get_db().transaction() as session:
@@ -81,3 +83,50 @@ def requeue(message_id: int) -> ResponseReturnValue:
         now=now(),
         back=request.form.get("next", ""),
     )
+
+
+@bp.post("/dead-letters/<int:message_id>/dismiss")
+@requires_role("operator")
+def dismiss(message_id: int) -> ResponseReturnValue:
+    """Take a dead letter a person has dealt with off the list; it stays searchable."""
+    reason = request.form.get("reason", "").strip()[:500] or None
+    try:
+        with get_db().transaction() as session:
+            outcome = dismiss_message(
+                session,
+                message_id,
+                now(),
+                actor=staff().email,
+                reason=reason,
+                tenant_id=tenant_scope(),
+                expected_cycle=shown_cycle(request.form.get("cycle")),
+            )
+    except MessageNotFoundError:
+        abort(404)
+    words = (
+        "Dismissed: off the list, still found by search and in the audit log."
+        if outcome.dismissed
+        else f"Not dismissed: {outcome.why_not}."
+    )
+    if not is_htmx():
+        flash(f"Message {message_id}: {words}", "ok" if outcome.dismissed else "refused")
+        return redirect(safe_next(request.form.get("next")))
+    with get_db().transaction() as session:
+        current = scoped_message(session, message_id, tenant_scope())
+    return render_template(
+        "dead_letters/_row.html",
+        row=None,
+        message_id=message_id,
+        status=current.status if current else "failed",
+        said=SaidWords(words, outcome.dismissed),
+        now=now(),
+        back=request.form.get("next", ""),
+    )
+
+
+class SaidWords:
+    """What the row says after an action (the requeue's `Said` shape)."""
+
+    def __init__(self, words: str, ok: bool) -> None:
+        self.words = words
+        self.ok = ok

@@ -6,12 +6,16 @@ from __future__ import annotations
 from flask import abort, flash, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
-from app.auth import requires_role, tenant_scope
+from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
+from app.repo.audit import audit_for_message
+from app.repo.bulkplans import plans_touching
+from app.repo.cancels import MessageNotFoundError, cancel_message
 from app.repo.deadletters import advice
 from app.repo.timeline import REFUSALS, MessageStory, message_story
 from app.views.pages import is_htmx, now, scope_args, staff_blueprint
 from app.views.requeueing import run_requeue, shown_cycle
+from app.views.ticket import ticket_summary
 
 bp = staff_blueprint("messages", __name__)
 
@@ -24,7 +28,7 @@ def _story(message_id: int) -> MessageStory:
     return story
 
 
-def _context(story: MessageStory) -> dict[str, object]:
+def _context(story: MessageStory, *, full: bool = False) -> dict[str, object]:
     error = story.message.last_error or {}
     meaning, action = advice(
         story.identity.provider,
@@ -32,7 +36,15 @@ def _context(story: MessageStory) -> dict[str, object]:
         error.get("code"),
         error.get("subcode"),
     )
+    extra: dict[str, object] = {}
+    if full:
+        # The audit rows that touched it (its own and its bulk plans'), and those plans.
+        with get_db().transaction() as session:
+            extra["audit"] = audit_for_message(session, story.message.id)
+            extra["plans"] = plans_touching(session, story.message.id)
+        extra["ticket"] = ticket_summary(story, meaning, now())
     return {
+        **extra,
         "story": story,
         "m": story.message,
         "error": error,
@@ -45,7 +57,7 @@ def _context(story: MessageStory) -> dict[str, object]:
 
 @bp.get("/messages/<int:message_id>")
 def detail(message_id: int) -> ResponseReturnValue:
-    return render_template("messages/detail.html", **_context(_story(message_id)))
+    return render_template("messages/detail.html", **_context(_story(message_id), full=True))
 
 
 @bp.get("/messages/<int:message_id>/status")
@@ -68,3 +80,31 @@ def requeue(message_id: int) -> ResponseReturnValue:
         return redirect(url_for("messages.detail", message_id=message_id, **scope_args()))
     context = _context(_story(message_id))
     return render_template("messages/_requeue.html", said=said, oob_status=True, **context)
+
+
+@bp.post("/messages/<int:message_id>/cancel")
+@requires_role("operator")
+def cancel(message_id: int) -> ResponseReturnValue:
+    """Cancel one queued message, with a reason; refused once a worker has claimed it."""
+    reason = request.form.get("reason", "").strip()[:500]
+    if not reason:
+        flash("Not canceled: say why (the reason is kept in the audit log).", "refused")
+        return redirect(url_for("messages.detail", message_id=message_id, **scope_args()))
+    try:
+        with get_db().transaction() as session:
+            outcome = cancel_message(
+                session,
+                message_id,
+                now(),
+                actor=staff().email,
+                reason=reason,
+                tenant_id=tenant_scope(),
+                expected_cycle=shown_cycle(request.form.get("cycle")),
+            )
+    except MessageNotFoundError:
+        abort(404)
+    if outcome.canceled:
+        flash("Canceled: it will never be sent.", "ok")
+    else:
+        flash(f"Not canceled: {outcome.why_not}.", "refused")
+    return redirect(url_for("messages.detail", message_id=message_id, **scope_args()))

@@ -27,6 +27,16 @@ INTERNAL = {
     "/search",
     "/alerts",
     "/alerts/banner",
+    "/dead-letters/<int:message_id>/dismiss",
+    "/dead-letters/bulk-requeue",
+    "/messages/<int:message_id>/cancel",
+    "/cancel",
+    "/cancel/preview",
+    "/bulk/<int:plan_id>",
+    "/bulk/<int:plan_id>/progress",
+    "/bulk/<int:plan_id>/confirm",
+    "/bulk/<int:plan_id>/stop",
+    "/audit",
 }
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
@@ -226,6 +236,69 @@ def document() -> dict[str, Any]:
                         },
                         "401": _error("No API key, or not a valid one."),
                         "404": _error("No such message among yours."),
+                    },
+                }
+            },
+            "/v1/messages/{message_id}/cancel": {
+                "post": {
+                    "summary": "Cancel a message before it is sent",
+                    "description": "Only a message no worker has claimed yet (`queued`) can "
+                    "be canceled: it ends `failed` with `failure_class` `canceled` and is "
+                    "never sent. Once claimed it may already be on its way to the provider, "
+                    "so the answer is 409 with its current `status`.",
+                    "operationId": "cancelMessage",
+                    "parameters": [
+                        {
+                            "name": "message_id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "integer"},
+                        }
+                    ],
+                    "requestBody": {
+                        "required": False,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "reason": {
+                                            "type": "string",
+                                            "minLength": 1,
+                                            "maxLength": 500,
+                                            "description": "why; kept in the audit log",
+                                        }
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": {
+                            "description": "Canceled: the message, now `failed`/`canceled`.",
+                            "content": {"application/json": {"schema": message_ref}},
+                        },
+                        "400": _error("The body is not an object with only a `reason`."),
+                        "401": _error("No API key, or not a valid one."),
+                        "404": _error("No such message among yours."),
+                        "409": {
+                            "description": "Too late: a worker claimed it, or it was sent "
+                            "or has failed. `status` is its current state.",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "required": ["error", "status"],
+                                        "properties": {
+                                            "error": {"type": "string"},
+                                            "status": {"type": "string"},
+                                            "message": message_ref,
+                                        },
+                                    }
+                                }
+                            },
+                        },
                     },
                 }
             },

@@ -156,6 +156,6 @@ def test_the_pages_read_as_cards_on_a_phone(
     sign_in(phone, served, "ops@acme.test")
     screenshot(phone, "10-phone-overview")
     phone.goto(served.url + "/dead-letters")
-    expect(phone.get_by_role("button", name="Requeue")).to_be_visible()
+    expect(phone.get_by_role("button", name="Requeue", exact=True)).to_be_visible()
     screenshot(phone, "11-phone-dead-letters")
     context.close()

@@ -80,7 +80,9 @@ def test_an_operators_one_click_requeue_swaps_the_row_and_says_it_went_under_a_n
     requeued = row(db, message_id)
     assert (requeued.status, requeued.cycle, requeued.provider_key_cycle) == ("queued", 2, 2)
     with db.transaction() as session:
-        audit = session.scalars(select(AuditEntry)).one()
+        audit = session.scalars(
+            select(AuditEntry).where(AuditEntry.action == "message.requeue")
+        ).one()
     assert (audit.actor, audit.action, audit.target) == (
         "ops@acme.test",
         "message.requeue",
@@ -223,7 +225,9 @@ def test_the_message_page_warns_the_provider_may_hold_it_and_a_forced_requeue_ne
     assert "Requeued: cycle 2, new provider key. Forced, reason recorded." in forced
     assert 'id="status-widget"' in forced and 'hx-swap-oob="true"' in forced
     with db.transaction() as session:
-        audit = session.scalars(select(AuditEntry)).one()
+        audit = session.scalars(
+            select(AuditEntry).where(AuditEntry.action == "message.requeue")
+        ).one()
     assert audit.detail is not None and audit.detail["reason"] == "customer asked again"
     after = operator.get(f"/messages/{message_id}").get_data(as_text=True)
     assert "Cycle 2" in after and "ops@acme.test" in after  # who requeued it, in the timeline

@@ -1,0 +1,46 @@
+"""The plain-text status summary a support agent pastes into a customer ticket.
+
+Only what a customer may be told: state and when, the provider's error code with its title
+and our meaning, attempts, requeues. The recipient is masked; the body, keys, tokens and the
+provider's free-text details (which can echo parameters) are never in it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from app.repo.timeline import MessageStory
+from app.views.pages import absolute, duration, mask_phone
+
+
+def ticket_summary(story: MessageStory, meaning: str, now: datetime) -> str:
+    m = story.message
+    since = getattr(m, f"{m.status}_at", None)
+    when = f" since {absolute(since)} ({duration(now - since)} ago)" if since else ""
+    lines = [
+        f"Message #{m.id} via {story.identity.provider}, to {mask_phone(m.recipient)}",
+        f"State: {m.status}{when}",
+    ]
+    if m.status == "failed":
+        error = m.last_error or {}
+        code = error.get("code")
+        if m.failure_class == "canceled":
+            lines.append("Why: canceled by support before it was sent; it was never sent")
+        else:
+            title = str(error.get("title") or "")[:120]
+            named = f"{code}" if code is not None else "no code"
+            lines.append(
+                f"Provider error: {named}"
+                + (f' "{title}"' if title else "")
+                + f" (class {m.failure_class or 'unknown'})"
+            )
+            lines.append(f"Meaning: {meaning}")
+    total = len(story.attempts)
+    lines.append(f"Attempts: {m.attempt} this cycle, {total} in all")
+    requeues = [e for e in story.events if e.kind == "requeue" and e.applied]
+    if requeues:
+        last = requeues[-1]
+        lines.append(f"Requeues: {len(requeues)} (last {absolute(last.received_at)})")
+    else:
+        lines.append("Requeues: none")
+    return "\n".join(lines)
