@@ -20,6 +20,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         dead_letters,
         errors,
         health,
+        identities,
         messages,
         overview,
         pages,
@@ -57,4 +58,5 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(dead_letters.bp)
     app.register_blueprint(messages.bp)
     app.register_blueprint(search.bp)
+    app.register_blueprint(identities.bp)
     return app
