@@ -25,6 +25,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         overview,
         pages,
         search,
+        staff_admin,
         stuck,
         webhooks,
     )
@@ -59,4 +60,5 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(messages.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(identities.bp)
+    app.register_blueprint(staff_admin.bp)
     return app
