@@ -192,6 +192,16 @@ class Message(Base):
             postgresql_where=text("status = 'failed'"),
             sqlite_where=text("status = 'failed'"),
         ),
+        Index(
+            "ix_messages_dead_letter_identity_class",
+            "identity_id",
+            "failure_class",
+            "dead_letter_rank",
+            column("failed_at").desc(),
+            column("id").desc(),
+            postgresql_where=text("status = 'failed'"),
+            sqlite_where=text("status = 'failed'"),
+        ),
         # The overview's dead-letter count per identity and lane, from the index alone.
         Index(
             "ix_messages_dead_by_lane",

@@ -64,6 +64,12 @@ def upgrade() -> None:
             **_partial(FAILED),
         )
     op.create_index(
+        "ix_messages_dead_letter_identity_class",
+        "messages",
+        [sa.column("identity_id"), sa.column("failure_class"), *DEAD_LETTER_ORDER],
+        **_partial(FAILED),
+    )
+    op.create_index(
         "ix_messages_dead_by_lane", "messages", ["identity_id", "lane"], **_partial(FAILED)
     )
     op.create_index("ix_messages_idempotency_key", "messages", ["idempotency_key"])
@@ -86,6 +92,7 @@ def downgrade() -> None:
         ("messages", "ix_messages_recipient_prefix"),
         ("messages", "ix_messages_idempotency_key"),
         ("messages", "ix_messages_dead_by_lane"),
+        ("messages", "ix_messages_dead_letter_identity_class"),
         ("messages", "ix_messages_dead_letter_class"),
         ("messages", "ix_messages_dead_letter_identity"),
         ("messages", "ix_messages_dead_letter_tenant"),
