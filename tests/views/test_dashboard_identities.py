@@ -383,3 +383,31 @@ def test_platform_staff_see_every_tenants_identities(
     assert "1000001" in page and "2000002" in page
     narrowed = platform.get(f"/identities?tenant={tenants.other.tenant_id}").get_data(as_text=True)
     assert "2000002" in narrowed and "1000001" not in narrowed
+
+
+def test_the_stuck_page_says_a_campaign_waits_for_its_paused_lane(
+    operator: FlaskClient, db: Database, tenants: Tenants
+) -> None:
+    make_message(db, tenants.acme, lane="campaign", now=NOW - timedelta(minutes=5))
+    post(
+        operator,
+        f"/identities/{tenants.acme.identity_id}/pause",
+        scope="campaign",
+        reason="legal review",
+    )
+    page = operator.get("/stuck").get_data(as_text=True)
+    assert "campaign lane paused: legal review (replies go on)" in page
+
+
+def test_a_paused_identity_can_still_have_its_campaign_lane_paused_for_after_the_resume(
+    operator: FlaskClient, db: Database, tenants: Tenants
+) -> None:
+    iid = tenants.acme.identity_id
+    post(operator, f"/identities/{iid}/pause", scope="identity", reason="190")
+    page = operator.get("/identities").get_data(as_text=True)
+    assert 'value="identity"' not in page.split("Pause what")[1].split("</fieldset>")[0]
+    assert "campaign lane only (0 waiting; replies go on once the identity is resumed)" in page
+    post(operator, f"/identities/{iid}/pause", scope="campaign", reason="hold the campaign")
+    post(operator, f"/identities/{iid}/resume", scope="identity")
+    row = identity_row(db, iid)
+    assert row.paused_at is None and row.campaign_paused_reason == "hold the campaign"
