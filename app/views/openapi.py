@@ -25,6 +25,16 @@ INTERNAL = {
     "/messages/<int:message_id>/status",
     "/messages/<int:message_id>/requeue",
     "/search",
+    "/identities",
+    "/identities/<int:identity_id>/pause",
+    "/identities/<int:identity_id>/resume",
+    "/identities/<int:identity_id>/rates",
+    "/identities/<int:identity_id>/credentials",
+    "/staff",
+    "/staff/<int:staff_id>/role",
+    "/staff/<int:staff_id>/disable",
+    "/staff/<int:staff_id>/enable",
+    "/staff/<int:staff_id>/password",
 }
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
