@@ -2,7 +2,8 @@
 
 Fills its own PostgreSQL database (`h_ident_bench`, created if missing) in SQL, one schema
 per size (`size_10000`, ...; the smaller ones are exactly the newest rows of the larger),
-with a realistic spread: 20 tenants, 60 identities, both lanes; states mostly read
+with a realistic spread: 20 tenants, 60 identities (one busy number with a third of the
+traffic), both lanes; states mostly read
 and delivered, 5% failed (50,000 dead letters at 1M) across the provider's error codes and
 our classes; one attempt and two events per message; a webhook status for each delivered
 or read one. History grows backwards at one message every 0.9 s: a bigger table is a longer
@@ -194,7 +195,9 @@ def fill(engine: Any, low: int, high: int) -> None:
 WITH base AS (
   SELECT g AS id,
          (hashint4(g) & 2147483647) % 1000 AS r,
-         1 + (hashint4(g * 7) & 2147483647) % {identities} AS identity_id,
+         -- One busy number (a third of the traffic), the rest spread evenly.
+         CASE WHEN (hashint4(g * 5) & 2147483647) % 3 = 0 THEN 1
+              ELSE 1 + (hashint4(g * 7) & 2147483647) % {identities} END AS identity_id,
          :now - make_interval(secs => ({TOP} - g) * {SPACING_S}) AS at
   FROM generate_series(:low, :high) g
 ), shaped AS (
@@ -347,11 +350,12 @@ def pages(engine: Any) -> dict[str, str]:
         "stuck": "/stuck",
         "dead letters": "/dead-letters",
         "dead letters, class": "/dead-letters?class=needs_human",
-        "dead letters, identity+class": "/dead-letters?identity=7&class=permanent",
-        "dead letters, tenant": "/dead-letters?tenant=3",
+        "dead letters, identity+class": "/dead-letters?identity=1&class=permanent",
+        "dead letters, tenant": "/dead-letters?tenant=1",
         "search: provider id": f"/search?q={wamid}",
         "search: idempotency key": f"/search?q={key}",
-        "search: number digits": f"/search?q={recipient[:9]}",
+        "search: number": f"/search?q=%2B{recipient}",
+        "search: first 9 digits": f"/search?q={recipient[:9]}",
         "message detail": f"/messages/{detail}",
         "identities": "/identities",
     }

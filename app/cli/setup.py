@@ -165,10 +165,14 @@ def identity_update(
         if identity is None:
             raise click.ClickException(f"no identity with id {identity_id}")
         try:
-            changed = identities.update_identity(
+            # The same operation (and audit row) as the dashboard's identities page.
+            changed = identity_actions.change(
                 session,
                 get_box(),
-                identity_id,
+                identity,
+                actor=os_user(),
+                now=utcnow(),
+                via="cli",
                 token=token,
                 app_secret=app_secret,
                 base_url=base_url,
@@ -176,20 +180,9 @@ def identity_update(
                 reply_rate=reply_rate,
                 campaign_rate=campaign_rate,
                 total_rate=total_rate,
-                now=utcnow(),
             )
         except identities.RatesError as exc:
             raise click.ClickException(f"{exc}; nothing was changed") from exc
-        if changed:
-            staff.record_audit(
-                session,
-                os_user(),
-                "identity.update",
-                f"identity:{identity_id}",
-                utcnow(),
-                {"changed": changed},
-                tenant_id=identity.tenant_id,
-            )
     if not changed:
         raise click.UsageError("nothing to change: give at least one option")
     click.echo(f"updated identity {identity_id}: {', '.join(changed)}")
