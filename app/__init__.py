@@ -23,10 +23,12 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         dead_letters,
         errors,
         health,
+        identities,
         messages,
         overview,
         pages,
         search,
+        staff_admin,
         stuck,
         webhooks,
     )
@@ -72,4 +74,6 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(twilio_webhooks.bp)
     app.register_blueprint(bulk.bp)
     app.register_blueprint(audit.bp)
+    app.register_blueprint(identities.bp)
+    app.register_blueprint(staff_admin.bp)
     return app

@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    column,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -114,6 +115,14 @@ class Identity(Base):
     total_rate: Mapped[float] = mapped_column(Float, default=80.0)
     paused_at: Mapped[datetime | None]
     paused_reason: Mapped[str | None] = mapped_column(Text)
+    paused_by: Mapped[str | None] = mapped_column(String(200))
+    # The campaign lane alone paused: replies go on, campaigns wait (none is failed).
+    campaign_paused_at: Mapped[datetime | None]
+    campaign_paused_reason: Mapped[str | None] = mapped_column(Text)
+    campaign_paused_by: Mapped[str | None] = mapped_column(String(200))
+    # When the current token and app secret were given: the only thing shown of them.
+    token_set_at: Mapped[datetime | None]
+    app_secret_set_at: Mapped[datetime | None]
     # A broken-sender answer to an attempt claimed before either of these is stale: it
     # was given to the old token, and must not pause the identity again.
     resumed_at: Mapped[datetime | None]
@@ -151,6 +160,88 @@ class Message(Base):
         Index("ix_messages_last_claim", "identity_id", "lane", "last_attempt_at"),
         # The delivered-rate and dwell alerts: sends per identity over time.
         Index("ix_messages_identity_sent_at", "identity_id", "sent_at"),
+        # The dashboard's pages, which must not scan the table (issue 14 part 7). Partial on
+        # the few rows still waiting, so their size follows the backlog, not the history.
+        Index(
+            "ix_messages_waiting",
+            "identity_id",
+            "lane",
+            postgresql_where=text("status IN ('queued', 'sending')"),
+            sqlite_where=text("status IN ('queued', 'sending')"),
+        ),
+        Index(
+            "ix_messages_waiting_age",
+            "queued_at",
+            "id",
+            postgresql_where=text("status IN ('queued', 'sending')"),
+            sqlite_where=text("status IN ('queued', 'sending')"),
+        ),
+        # The last hour on the overview: a range on each state time.
+        Index("ix_messages_sent_at", "sent_at"),
+        Index("ix_messages_delivered_at", "delivered_at"),
+        Index("ix_messages_read_at", "read_at"),
+        # Dead letters in the page's own order (actionable first, newest first), whole and
+        # per tenant, identity and class, so a page reads 51 index entries, never sorts.
+        Index(
+            "ix_messages_dead_letter_order",
+            "dead_letter_rank",
+            column("failed_at").desc(),
+            column("id").desc(),
+            postgresql_where=text("status = 'failed'"),
+            sqlite_where=text("status = 'failed'"),
+        ),
+        Index(
+            "ix_messages_dead_letter_tenant",
+            "tenant_id",
+            "dead_letter_rank",
+            column("failed_at").desc(),
+            column("id").desc(),
+            postgresql_where=text("status = 'failed'"),
+            sqlite_where=text("status = 'failed'"),
+        ),
+        Index(
+            "ix_messages_dead_letter_identity",
+            "identity_id",
+            "dead_letter_rank",
+            column("failed_at").desc(),
+            column("id").desc(),
+            postgresql_where=text("status = 'failed'"),
+            sqlite_where=text("status = 'failed'"),
+        ),
+        Index(
+            "ix_messages_dead_letter_class",
+            "failure_class",
+            "dead_letter_rank",
+            column("failed_at").desc(),
+            column("id").desc(),
+            postgresql_where=text("status = 'failed'"),
+            sqlite_where=text("status = 'failed'"),
+        ),
+        Index(
+            "ix_messages_dead_letter_identity_class",
+            "identity_id",
+            "failure_class",
+            "dead_letter_rank",
+            column("failed_at").desc(),
+            column("id").desc(),
+            postgresql_where=text("status = 'failed'"),
+            sqlite_where=text("status = 'failed'"),
+        ),
+        # The overview's dead-letter count per identity and lane, from the index alone.
+        Index(
+            "ix_messages_dead_by_lane",
+            "identity_id",
+            "lane",
+            postgresql_where=text("status = 'failed'"),
+            sqlite_where=text("status = 'failed'"),
+        ),
+        # Search: an idempotency key without its tenant, a recipient's first digits.
+        Index("ix_messages_idempotency_key", "idempotency_key"),
+        Index(
+            "ix_messages_recipient_prefix",
+            "recipient",
+            postgresql_ops={"recipient": "text_pattern_ops"},
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -202,7 +293,11 @@ class Attempt(Base):
     """One provider call, with its verbatim response."""
 
     __tablename__ = "attempts"
-    __table_args__ = (UniqueConstraint("message_id", "cycle", "number"),)
+    __table_args__ = (
+        UniqueConstraint("message_id", "cycle", "number"),
+        # Search by a provider id only an earlier attempt knows.
+        Index("ix_attempts_provider_message_id", "provider_message_id"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     message_id: Mapped[int] = mapped_column(ForeignKey("messages.id"))
@@ -264,6 +359,8 @@ class WebhookStatus(Base):
     __table_args__ = (
         Index("ix_webhook_statuses_pending", "applied_at", "received_at"),
         Index("ix_webhook_statuses_provider_message_id", "provider", "provider_message_id"),
+        # A message's page lists the statuses that named it.
+        Index("ix_webhook_statuses_message_id", "message_id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -310,13 +407,19 @@ class Staff(Base):
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
     password_hash: Mapped[str] = mapped_column(String(255))
     created_at: Mapped[datetime]
+    # A disabled login cannot sign in, and its open sessions stop at their next request.
+    disabled_at: Mapped[datetime | None]
 
 
 class AuditEntry(Base):
     """Operator actions: who did what, when, and why."""
 
     __tablename__ = "audit_log"
-    __table_args__ = (Index("ix_audit_log_tenant_target", "tenant_id", "target"),)
+    __table_args__ = (
+        Index("ix_audit_log_tenant_target", "tenant_id", "target"),
+        # A message's page lists the audit rows that touched it, whatever the tenant scope.
+        Index("ix_audit_log_target", "target", "id"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     actor: Mapped[str] = mapped_column(String(200))

@@ -46,7 +46,7 @@ from app.lifecycle import Status
 from app.logs import log_context
 from app.models import Message
 from app.providers.base import FailureClass, SendResult
-from app.repo.claims import claim_batch, earliest_due, is_due
+from app.repo.claims import claim_batch, earliest_due, is_due, lane_paused
 from app.repo.identities import get_identity
 from app.repo.sending import take_verdict
 from jobs.pacing import Pacer, Rates
@@ -171,7 +171,7 @@ class Drain:
         # 1. The identity, the verdicts owed, and what is due.
         with self.db.transaction() as session:
             identity = get_identity(session, self.identity_id)
-            if identity is None or identity.paused_at is not None:
+            if identity is None or lane_paused(identity, self.lane):
                 return _Step(stop=True)  # a resume rings it again
             problem = sender_problem(self.box, identity)
             if problem is not None:

@@ -389,3 +389,26 @@ def test_sweep_once_says_what_it_did(cli: FlaskCliRunner, db: Database) -> None:
     # Two due messages of one identity and lane: one drain rung for both.
     assert "sweep: rang 1 drains with messages due" in result.output
     assert "sweeper stopped after 1 passes" in result.output
+
+
+def test_identity_pause_campaign_only_holds_the_campaign_lane_and_is_audited(
+    cli: FlaskCliRunner, db: Database
+) -> None:
+    identity_id = make_identity(cli)
+    paused = run(
+        cli, "identity", "pause", str(identity_id), "--campaign-only", "--reason", "wrong list"
+    )
+    assert f"paused the campaign lane of identity {identity_id}: wrong list" in paused.output
+    with db.transaction() as session:
+        identity = session.get(Identity, identity_id, populate_existing=True)
+        assert identity is not None
+        assert identity.paused_at is None and identity.campaign_paused_reason == "wrong list"
+    refused = run(cli, "identity", "pause", str(identity_id), "--reason", " ", ok=False)
+    assert "say why it is paused" in refused.output and "nothing was changed" in refused.output
+    resumed = run(cli, "identity", "resume", str(identity_id), "--campaign-only")
+    assert f"resumed the campaign lane of identity {identity_id}: 0 waiting" in resumed.output
+    with db.transaction() as session:
+        identity = session.get(Identity, identity_id, populate_existing=True)
+        assert identity is not None and identity.campaign_paused_at is None
+        actions = [a.action for a in session.query(AuditEntry).order_by(AuditEntry.id)]
+    assert actions == ["identity.pause_campaign", "identity.resume_campaign"]

@@ -17,8 +17,7 @@ from app import migrate
 from app.clock import utcnow
 from app.crypto import get_box
 from app.db import get_db
-from app.repo import identities, staff, tenants
-from app.repo.sending import release_held
+from app.repo import identities, identity_actions, staff, tenants
 from jobs.send import ring_message
 
 db_cli = AppGroup("db", help="The database schema.")
@@ -183,10 +182,14 @@ def identity_update(
         if identity is None:
             raise click.ClickException(f"no identity with id {identity_id}")
         try:
-            changed = identities.update_identity(
+            # The same operation (and audit row) as the dashboard's identities page.
+            changed = identity_actions.change(
                 session,
                 get_box(),
-                identity_id,
+                identity,
+                actor=os_user(),
+                now=utcnow(),
+                via="cli",
                 token=token,
                 app_secret=app_secret,
                 base_url=base_url,
@@ -194,20 +197,9 @@ def identity_update(
                 reply_rate=reply_rate,
                 campaign_rate=campaign_rate,
                 total_rate=total_rate,
-                now=utcnow(),
             )
         except identities.RatesError as exc:
             raise click.ClickException(f"{exc}; nothing was changed") from exc
-        if changed:
-            staff.record_audit(
-                session,
-                os_user(),
-                "identity.update",
-                f"identity:{identity_id}",
-                utcnow(),
-                {"changed": changed},
-                tenant_id=identity.tenant_id,
-            )
     if not changed:
         raise click.UsageError("nothing to change: give at least one option")
     click.echo(f"updated identity {identity_id}: {', '.join(changed)}")
@@ -216,57 +208,64 @@ def identity_update(
 @identity_cli.command("pause")
 @click.argument("identity_id", type=int)
 @click.option("--reason", required=True, help="why, for the people who will resume it")
-def identity_pause(identity_id: int, reason: str) -> None:
-    """Stop sending from an identity; its messages wait, none is failed."""
-    with get_db().transaction() as session:
-        identity = identities.get_identity(session, identity_id)
-        if identity is None:
-            raise click.ClickException(f"no identity with id {identity_id}")
-        paused = identities.pause_identity(session, identity_id, reason, utcnow())
-        if paused:
-            staff.record_audit(
+@click.option("--campaign-only", is_flag=True, help="pause the campaign lane; replies go on")
+def identity_pause(identity_id: int, reason: str, campaign_only: bool) -> None:
+    """Stop sending from an identity (or its campaign lane); its messages wait, none fails."""
+    scope = identity_actions.CAMPAIGN if campaign_only else identity_actions.WHOLE
+    try:
+        with get_db().transaction() as session:
+            identity = identities.get_identity(session, identity_id)
+            if identity is None:
+                raise click.ClickException(f"no identity with id {identity_id}")
+            paused = identity_actions.pause(
                 session,
-                os_user(),
-                "identity.pause",
-                f"identity:{identity_id}",
-                utcnow(),
-                {"reason": reason},
-                tenant_id=identity.tenant_id,
+                identity,
+                scope=scope,
+                reason=reason,
+                actor=os_user(),
+                now=utcnow(),
+                via="cli",
             )
-    if paused:
-        click.echo(f"paused identity {identity_id}: {reason}")
+    except identity_actions.IdentityActionError as exc:
+        raise click.ClickException(f"{exc}; nothing was changed") from exc
+    what = (
+        f"the campaign lane of identity {identity_id}"
+        if campaign_only
+        else f"identity {identity_id}"
+    )
+    if paused.done:
+        click.echo(f"paused {what}: {reason} ({paused.holds} messages wait)")
     else:
-        click.echo(f"identity {identity_id} was already paused; nothing changed")
+        click.echo(f"{what} was already paused; nothing changed")
 
 
 @identity_cli.command("resume")
 @click.argument("identity_id", type=int)
-def identity_resume(identity_id: int) -> None:
-    """Resume a paused identity: the messages it held are due at once and rung."""
-    held: list[tuple[int, str]] = []
+@click.option("--campaign-only", is_flag=True, help="resume the campaign lane only")
+def identity_resume(identity_id: int, campaign_only: bool) -> None:
+    """Resume a paused identity (or its campaign lane): what it held is due now and rung."""
+    scope = identity_actions.CAMPAIGN if campaign_only else identity_actions.WHOLE
     with get_db().transaction() as session:
         identity = identities.get_identity(session, identity_id)
         if identity is None:
             raise click.ClickException(f"no identity with id {identity_id}")
-        resumed = identities.resume_identity(session, identity_id, utcnow())
-        if resumed:
-            held = release_held(session, identity_id, utcnow())
-            staff.record_audit(
-                session,
-                os_user(),
-                "identity.resume",
-                f"identity:{identity_id}",
-                utcnow(),
-                {"released": len(held)},
-                tenant_id=identity.tenant_id,
-            )
-    if not resumed:
-        click.echo(f"identity {identity_id} was not paused; nothing changed")
+        resumed = identity_actions.resume(
+            session, identity, scope=scope, actor=os_user(), now=utcnow(), via="cli"
+        )
+    what = (
+        f"the campaign lane of identity {identity_id}"
+        if campaign_only
+        else f"identity {identity_id}"
+    )
+    if not resumed.done:
+        click.echo(f"{what} was not paused; nothing changed")
         return
-    rung = sum(ring_message(message_id, lane, identity_id) for message_id, lane in held)
+    # One ring per lane: the drain finds every message due on it.
+    all_rung = all([ring_message(0, lane, identity_id) for lane in resumed.lanes])
+    waiting = resumed.due_now if campaign_only else resumed.released
     click.echo(
-        f"resumed identity {identity_id}: {len(held)} waiting messages due now, "
-        f"{rung} rung" + ("" if rung == len(held) else " (the sweeper rings the rest)")
+        f"resumed {what}: {waiting} waiting messages due now, "
+        f"{waiting if all_rung else 0} rung" + ("" if all_rung else " (the sweeper rings the rest)")
     )
 
 

@@ -47,6 +47,17 @@ def is_due(now: datetime) -> Any:
     )
 
 
+CAMPAIGN = "campaign"
+
+
+def lane_paused(identity: Any, lane: str) -> bool:
+    """Whether this identity sends nothing on this lane now: paused whole, or its campaign
+    lane paused alone (replies go on)."""
+    if identity.paused_at is not None:
+        return True
+    return lane == CAMPAIGN and identity.campaign_paused_at is not None
+
+
 def claim_message(
     session: Session, message_id: int, now: datetime, lease: timedelta
 ) -> Claim | None:
@@ -64,12 +75,14 @@ def claim_message(
             Message.next_attempt_at,
             Message.lease_until,
             Message.pending_verdict,
+            Message.lane,
             Identity.paused_at,
+            Identity.campaign_paused_at,
         )
         .join(Identity, Identity.id == Message.identity_id)
         .where(Message.id == message_id)
     ).first()
-    if row is None or row.paused_at is not None or row.pending_verdict is not None:
+    if row is None or lane_paused(row, row.lane) or row.pending_verdict is not None:
         return None
     if row.status not in (Status.QUEUED.value, Status.SENDING.value):
         return None
@@ -95,6 +108,8 @@ def claim_message(
         values["unknown_attempts"] = Message.unknown_attempts + 1
         values["had_unknown_outcome"] = True
     paused = select(Identity.paused_at).where(Identity.id == Message.identity_id)
+    # A campaign-lane pause committed since the read above stops the claim too.
+    campaign_paused = select(Identity.campaign_paused_at).where(Identity.id == Message.identity_id)
     changed = rows_changed(
         session,
         update(Message)
@@ -107,6 +122,7 @@ def claim_message(
             # A verdict owed is recorded by `take_verdict`, never sent again.
             Message.pending_verdict.is_(None),
             paused.scalar_subquery().is_(None),
+            or_(Message.lane != CAMPAIGN, campaign_paused.scalar_subquery().is_(None)),
         )
         .values(**values)
         .execution_options(synchronize_session=False),
@@ -150,12 +166,19 @@ def claim_batch(
     2. Move them in one UPDATE computing each row's values from its own state, exactly as
        `claim_message` does for one (the rows are locked, so the state read is the state
        written over), and append one claim event each in one INSERT.
-    A paused identity claims nothing; a message owing a verdict is left to `take_verdict`.
+    A paused identity claims nothing, nor does a paused campaign lane; a message owing a
+    verdict is left to `take_verdict`.
     """
     if limit <= 0:
         return []
-    paused = session.scalar(select(Identity.paused_at).where(Identity.id == identity_id))
-    if paused is not None:
+    # Read with a share lock: a pause committing now waits for this claim, or this claim
+    # sees the pause; a pause never lets a batch through after its commit.
+    state = session.execute(
+        select(Identity.paused_at, Identity.campaign_paused_at)
+        .where(Identity.id == identity_id)
+        .with_for_update(read=True)
+    ).first()
+    if state is None or lane_paused(state, lane):
         return []
     query = (
         select(

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from app.lifecycle import Status
 from app.models import Identity, Message, Tenant
 from app.providers.classification import UnknownProviderCodesError, describe
-from app.repo.messages import provider_may_hold
+from app.repo.holds import holds_for
 
 PAGE_SIZE = 50
 Ts = TypeVarTuple("Ts")
@@ -128,7 +128,7 @@ def _after(cursor: Cursor) -> ColumnElement[bool]:
 
 
 def _row(
-    session: Session, message: Message, tenant_name: str, provider: str, account: str
+    held: str | None, message: Message, tenant_name: str, provider: str, account: str
 ) -> DeadLetterRow:
     error = message.last_error or {}
     meaning, action = advice(
@@ -141,7 +141,7 @@ def _row(
         account_id=account,
         meaning=meaning,
         action=action,
-        held=provider_may_hold(session, message),
+        held=held,
     )
 
 
@@ -165,7 +165,9 @@ def dead_letter_page(
         Message.dead_letter_rank.asc().nulls_last(), Message.failed_at.desc(), Message.id.desc()
     ).limit(limit + 1)
     found = list(session.execute(query))
-    rows = [_row(session, *row) for row in found[:limit]]
+    # The provider-may-hold rule for the whole page in a few queries, not a few per row.
+    holds = holds_for(session, [row[0] for row in found[:limit]])
+    rows = [_row(holds[row[0].id], *row) for row in found[:limit]]
     if len(found) <= limit or not rows:
         return rows, None
     last = rows[-1].message
@@ -201,4 +203,4 @@ def dead_letter_row(
     if tenant_id is not None:
         query = query.where(Message.tenant_id == tenant_id)
     found = session.execute(query).one_or_none()
-    return _row(session, *found) if found else None
+    return _row(holds_for(session, [found[0]])[message_id], *found) if found else None

@@ -62,6 +62,8 @@ def create_identity(
         verify_token_hash=sha256_hex(verify_token) if verify_token else None,
         sender=sender,
         created_at=now,
+        token_set_at=now,
+        app_secret_set_at=now if app_secret else None,
     )
     for name, value in (
         ("reply_rate", reply_rate),
@@ -171,6 +173,10 @@ def update_identity(
             total_rate if total_rate is not None else current.total_rate,
         )
     changed = list(values)
+    if token is not None:
+        values["token_set_at"] = now
+    if app_secret is not None:
+        values["app_secret_set_at"] = now
     if token is not None or app_secret is not None:
         values["credentials_changed_at"] = now
         values["credentials_version"] = Identity.credentials_version + 1
@@ -193,6 +199,7 @@ def pause_identity(
     *,
     unless_changed_since: datetime | None = None,
     credentials_version: int | None = None,
+    by: str | None = None,
 ) -> bool:
     """Pause an active identity; False if it was already paused (the first reason stays).
 
@@ -213,7 +220,9 @@ def pause_identity(
         guard.append(Identity.credentials_version == credentials_version)
     changed = rows_changed(
         session,
-        update(Identity).where(*guard).values(paused_at=now, paused_reason=reason),
+        update(Identity)
+        .where(*guard)
+        .values(paused_at=now, paused_reason=reason, paused_by=by or "ratchet"),
     )
     return changed == 1
 
@@ -224,7 +233,7 @@ def resume_identity(session: Session, identity_id: int, now: datetime) -> bool:
         session,
         update(Identity)
         .where(Identity.id == identity_id, Identity.paused_at.is_not(None))
-        .values(paused_at=None, paused_reason=None, resumed_at=now),
+        .values(paused_at=None, paused_reason=None, paused_by=None, resumed_at=now),
     )
     return changed == 1
 

@@ -32,10 +32,12 @@ class StaffMember:
 
 
 def load_staff(session: Session, staff_id: int) -> StaffMember | None:
+    """The staff member behind a session; None for a disabled login, so its open sessions
+    stop working at their next request."""
     row = session.execute(
         select(Staff, Tenant.name)
         .outerjoin(Tenant, Tenant.id == Staff.tenant_id)
-        .where(Staff.id == staff_id)
+        .where(Staff.id == staff_id, Staff.disabled_at.is_(None))
     ).one_or_none()
     if row is None:
         return None

@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session
 from app.correlation import make_correlation_id
 from app.correlation import parse_correlation_id as parse_correlation_id_under
 from app.lifecycle import (
-    FAILED_WORDS,
     PROVIDER_WORDS,
     TIMESTAMP_FIELD,
     Decision,
@@ -511,26 +510,9 @@ def provider_may_hold(session: Session, message: Message) -> str | None:
     that was never reported `failed` on its own (the second id of a double send is the
     usual case). A copy the provider accepted and then failed (131049, say) is not held.
     """
-    reached = reached_phone(session, message.id)
-    if reached is not None:
-        status, cycle = reached
-        when = "after it failed" if cycle == message.cycle else f"in cycle {cycle}"
-        return f"it was reported {status} {when}"
-    for provider_id, cycle in accepted_provider_ids(session, message):
-        reported_failed = session.scalar(
-            select(WebhookStatus.id)
-            .where(
-                WebhookStatus.identity_id == message.identity_id,
-                WebhookStatus.provider_message_id == provider_id,
-                WebhookStatus.status.in_(FAILED_WORDS),
-            )
-            .limit(1)
-        )
-        if reported_failed is None:
-            return (
-                f"provider id {provider_id} was accepted in cycle {cycle} and never reported failed"
-            )
-    return None
+    from app.repo.holds import holds_for  # the same rule for many messages at once
+
+    return holds_for(session, [message])[message.id]
 
 
 def accepted_provider_ids(session: Session, message: Message) -> list[tuple[str, int]]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
@@ -22,7 +22,12 @@ def due_drains(session: Session, now: datetime, limit: int = 10_000) -> list[tup
         for row in session.execute(
             select(Message.identity_id, Message.lane)
             .join(Identity, Identity.id == Message.identity_id)
-            .where(is_due(now), Identity.paused_at.is_(None))
+            .where(
+                is_due(now),
+                Identity.paused_at.is_(None),
+                # A paused campaign lane is not rung; its reply lane is.
+                or_(Message.lane != "campaign", Identity.campaign_paused_at.is_(None)),
+            )
             .group_by(Message.identity_id, Message.lane)
             .order_by(Message.identity_id, Message.lane)
             .limit(limit)

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, or_, select
+from sqlalchemy import ColumnElement, select, union
 from sqlalchemy.orm import Session
 
 from app.models import Attempt, Identity, Message
@@ -42,25 +42,31 @@ def search_messages(session: Session, text: str, tenant_id: int | None) -> list[
     if text.isdigit() and len(text) <= 18:
         conditions.append(("message id", Message.id == int(text)))
     conditions.append(("provider id", Message.provider_message_id == text))
-    conditions.append(
-        (
-            "provider id of an attempt",
-            Message.id.in_(select(Attempt.message_id).where(Attempt.provider_message_id == text)),
-        )
+    # An attempt's provider id: joined, so it is looked up in the attempts' index.
+    attempt_arm = (
+        select(Message.id)
+        .join(Attempt, Attempt.message_id == Message.id)
+        .where(Attempt.provider_message_id == text)
     )
     conditions.append(("idempotency key", Message.idempotency_key == text))
     digits = normalise_digits(text)
     if len(digits) >= MIN_DIGITS and re.fullmatch(r"[\d\s+().-]+", text):
         conditions.append(("recipient", Message.recipient.startswith(digits, autoescape=True)))
+    # One indexed lookup per kind of match, each cut to the newest LIMIT ids, then one
+    # read of those rows: an OR of them in one WHERE would walk the whole table.
+    arms = []
+    for arm in [select(Message.id).where(c) for _, c in conditions] + [attempt_arm]:
+        if tenant_id is not None:
+            arm = arm.where(Message.tenant_id == tenant_id)
+        arms.append(arm.order_by(Message.id.desc()).limit(LIMIT).subquery().select())
+    ids = union(*arms).subquery()
     query = (
         select(Message, Identity.provider, Identity.account_id)
         .join(Identity, Identity.id == Message.identity_id)
-        .where(or_(*(condition for _, condition in conditions)))
+        .where(Message.id.in_(select(ids.c.id)))
         .order_by(Message.id.desc())
         .limit(LIMIT)
     )
-    if tenant_id is not None:
-        query = query.where(Message.tenant_id == tenant_id)
     hits = []
     for message, provider, account_id in session.execute(query):
         hits.append(

@@ -59,7 +59,8 @@ def sign_in() -> ResponseReturnValue:
         if not wait:
             found = get_staff_by_email(db_session, email) if email else None
             ok = check_password(password, found.password_hash if found else _decoy_hash())
-            ok = ok and found is not None
+            # A disabled login reads exactly like a wrong password.
+            ok = ok and found is not None and found.disabled_at is None
             record_sign_in(db_session, email, address, ok, moment)
             # In the audit log too: a tenant's admins see their own staff's sign-ins; an
             # unknown email belongs to no tenant (platform staff see it).

@@ -37,6 +37,16 @@ INTERNAL = {
     "/bulk/<int:plan_id>/confirm",
     "/bulk/<int:plan_id>/stop",
     "/audit",
+    "/identities",
+    "/identities/<int:identity_id>/pause",
+    "/identities/<int:identity_id>/resume",
+    "/identities/<int:identity_id>/rates",
+    "/identities/<int:identity_id>/credentials",
+    "/staff",
+    "/staff/<int:staff_id>/role",
+    "/staff/<int:staff_id>/disable",
+    "/staff/<int:staff_id>/enable",
+    "/staff/<int:staff_id>/password",
 }
 
 _ERROR = {"$ref": "#/components/schemas/Error"}

@@ -1,7 +1,7 @@
 """Bulk plans: a bulk requeue or cancel kept in the database with the ids it previewed.
 
 Revision ID: 0007
-Revises: 0009
+Revises: 0006
 Create Date: 2026-12-01
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007"
-down_revision = "0009"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

@@ -2,7 +2,7 @@
 the indexes the evaluator's questions need.
 
 Revision ID: 0009
-Revises: 0006
+Revises: 0008
 Create Date: 2026-12-01
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0006"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

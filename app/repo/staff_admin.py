@@ -1,0 +1,203 @@
+"""Managing staff logins from the dashboard: create, change a role, disable or enable,
+reset a password. Always within the acting admin's tenant: a tenant's admin sees and
+changes only that tenant's staff, and can make no platform staff.
+
+Each function runs inside the caller's transaction and writes its audit row there.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.crypto import hash_password
+from app.models import Staff, Tenant
+from app.repo.staff import ROLES, create_staff, get_staff_by_email, record_audit
+
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+MIN_PASSWORD = 12
+
+
+class StaffActionError(ValueError):
+    """Refused as asked; the message says why, and nothing changed."""
+
+
+class StaffNotFoundError(LookupError):
+    """No such staff member within the acting admin's tenant."""
+
+
+@dataclass(frozen=True, slots=True)
+class StaffRow:
+    id: int
+    email: str
+    role: str
+    tenant_id: int | None
+    tenant_name: str | None
+    created_at: datetime
+    disabled_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who acts: their login, and the tenant they are limited to (None: platform staff)."""
+
+    id: int
+    email: str
+    tenant_id: int | None
+
+
+def list_staff(session: Session, tenant_id: int | None) -> list[StaffRow]:
+    """Staff the scope may see: one tenant's, or (platform, unnarrowed) everyone."""
+    query = (
+        select(Staff, Tenant.name)
+        .outerjoin(Tenant, Tenant.id == Staff.tenant_id)
+        .order_by(Tenant.name.nulls_first(), Staff.email)
+    )
+    if tenant_id is not None:
+        query = query.where(Staff.tenant_id == tenant_id)
+    return [
+        StaffRow(s.id, s.email, s.role, s.tenant_id, name, s.created_at, s.disabled_at)
+        for s, name in session.execute(query)
+    ]
+
+
+def _target(session: Session, actor: Actor, staff_id: int) -> Staff:
+    query = select(Staff).where(Staff.id == staff_id).with_for_update()
+    if actor.tenant_id is not None:
+        query = query.where(Staff.tenant_id == actor.tenant_id)
+    found = session.scalars(query.execution_options(populate_existing=True)).one_or_none()
+    if found is None:
+        raise StaffNotFoundError(staff_id)
+    return found
+
+
+def _not_self(actor: Actor, target: Staff, what: str) -> None:
+    if target.id == actor.id:
+        raise StaffActionError(
+            f"you cannot {what} your own login (another admin can): it could lock every admin out"
+        )
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise StaffActionError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+
+
+def new_password() -> str:
+    return secrets.token_urlsafe(12)
+
+
+def create(
+    session: Session,
+    actor: Actor,
+    *,
+    email: str,
+    role: str,
+    tenant_id: int | None,
+    password: str | None,
+    now: datetime,
+) -> tuple[StaffRow, str]:
+    """A new login; returns it with its password (given, or generated), to show once.
+
+    A tenant's admin always creates staff of their own tenant, whatever was asked."""
+    email = email.strip().lower()
+    if not EMAIL.fullmatch(email) or len(email) > 254:
+        raise StaffActionError(f"{email[:60]!r} is not an email address")
+    _check_role(role)
+    if actor.tenant_id is not None:
+        if tenant_id != actor.tenant_id:
+            raise StaffActionError("a tenant's admin can create staff of their own tenant only")
+    elif tenant_id is not None and session.get(Tenant, tenant_id) is None:
+        raise StaffActionError(f"no tenant with id {tenant_id}")
+    if password is not None and len(password) < MIN_PASSWORD:
+        raise StaffActionError(f"a password needs at least {MIN_PASSWORD} characters")
+    if get_staff_by_email(session, email) is not None:
+        raise StaffActionError(f"a login for {email} already exists")
+    password = password or new_password()
+    try:
+        with session.begin_nested():
+            member = create_staff(session, email, role, password, now, tenant_id)
+    except IntegrityError as exc:  # created by someone else a moment ago
+        raise StaffActionError(f"a login for {email} already exists") from exc
+    record_audit(
+        session,
+        actor.email,
+        "staff.create",
+        f"staff:{member.id}",
+        now,
+        {"email": email, "role": role, "platform": tenant_id is None},
+        tenant_id=tenant_id,
+    )
+    row = StaffRow(member.id, email, role, tenant_id, None, now, None)
+    return row, password
+
+
+def change_role(session: Session, actor: Actor, staff_id: int, role: str, now: datetime) -> bool:
+    """False if it already had that role."""
+    _check_role(role)
+    target = _target(session, actor, staff_id)
+    _not_self(actor, target, "change the role of")
+    if target.role == role:
+        return False
+    before = target.role
+    session.execute(update(Staff).where(Staff.id == staff_id).values(role=role))
+    record_audit(
+        session,
+        actor.email,
+        "staff.role",
+        f"staff:{staff_id}",
+        now,
+        {"email": target.email, "from": before, "to": role},
+        tenant_id=target.tenant_id,
+    )
+    return True
+
+
+def set_disabled(
+    session: Session, actor: Actor, staff_id: int, disabled: bool, now: datetime
+) -> bool:
+    """Disable (its sessions stop at their next request) or enable a login; False if it
+    already was."""
+    target = _target(session, actor, staff_id)
+    if disabled:
+        _not_self(actor, target, "disable")
+    if (target.disabled_at is not None) == disabled:
+        return False
+    session.execute(
+        update(Staff).where(Staff.id == staff_id).values(disabled_at=now if disabled else None)
+    )
+    record_audit(
+        session,
+        actor.email,
+        "staff.disable" if disabled else "staff.enable",
+        f"staff:{staff_id}",
+        now,
+        {"email": target.email},
+        tenant_id=target.tenant_id,
+    )
+    return True
+
+
+def reset_password(session: Session, actor: Actor, staff_id: int, now: datetime) -> str:
+    """A new generated password, stored hashed; returned to show once."""
+    target = _target(session, actor, staff_id)
+    password = new_password()
+    session.execute(
+        update(Staff).where(Staff.id == staff_id).values(password_hash=hash_password(password))
+    )
+    record_audit(
+        session,
+        actor.email,
+        "staff.password_reset",
+        f"staff:{staff_id}",
+        now,
+        {"email": target.email},
+        tenant_id=target.tenant_id,
+    )
+    return password
