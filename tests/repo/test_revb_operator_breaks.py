@@ -240,3 +240,49 @@ def test_control_the_same_delivered_once_applied_does_hold_the_requeue(db: Datab
         assert "delivered" in str(exc)
     else:
         raise AssertionError("requeued although the applied `delivered` holds it")
+
+
+# 4. Audited where the tenant can read it: a platform operator's bulk cancel ---------------
+
+
+def test_a_platform_operators_bulk_cancel_of_a_tenants_messages_is_in_that_tenants_audit_log(
+    db: Database,
+) -> None:
+    """Platform staff who did not narrow to a tenant (`tenant_scope()` is None) preview a
+    cancel of tenant acme's identity and confirm it. The plan's tenant is None, so its
+    audit rows (`bulk.cancel`, `bulk.cancel.done`) are written with tenant None, and the
+    per-message cancels write none (`audit=False`): acme's staff reading /audit see no trace
+    of who canceled their messages, although `record_audit` says the row belongs to "the
+    tenant whose data the action touched"."""
+    from app.repo.audit import AuditFilters, audit_page
+
+    acme = make_world(db)
+    make_world(db, name="globex", account_id="2000002")
+    queued = [make_message(db, acme, recipient=f"1555000001{i}") for i in range(2)]
+    with db.transaction() as session:
+        plan_id = preview_cancel(
+            session,
+            QueuedFilters(tenant_id=None, identity_id=acme.identity_id),
+            {},
+            NOW,
+            actor="root@platform.test",
+        ).plan.id
+        confirm_plan(
+            session,
+            plan_id,
+            None,
+            {f"{acme.identity_id}:campaign"},
+            NOW,
+            actor="root@platform.test",
+            reason="sent by mistake",
+        )
+    with db.transaction() as session:
+        assert run_chunk(session, plan_id, NOW).finished
+    assert [_row(db, i).failure_class for i in queued] == ["canceled", "canceled"]
+    with db.transaction() as session:
+        rows, _ = audit_page(session, AuditFilters(tenant_id=acme.tenant_id))
+        actions = [row.action for row in rows]
+    assert any(a.startswith("bulk.cancel") or a == "message.cancel" for a in actions), (
+        f"acme's messages {queued} were canceled by platform staff, but acme's audit log "
+        f"shows only {actions}"
+    )
