@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
 from flask import Flask
