@@ -9,10 +9,17 @@ applied, a status that fails to apply is replayed).
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from flask import current_app
+
 from app.models import WebhookStatus
+from app.repo.claims import claim_message
+from app.repo.sending import finish_attempt, record_accepted, start_attempt
+from jobs.sweep import sweep_once
 
 from ..conftest import T0
-from ..factories import World
+from ..factories import World, make_message
 from .test_webhooks_messenger import PAGE, PSID, Ratchet, delivery, ms, page, ratchet  # noqa: F401
 
 
@@ -42,4 +49,39 @@ def test_a_checkbox_opt_in_beside_a_delivery_receipt_does_not_lose_the_receipt(
         f"delivery receipt for m_one batched with a documented opt-in event never applied: "
         f"message {message_id} is still {ratchet.status(message_id)!r}, and {stored} status "
         "rows were stored for the sweeper to replay"
+    )
+
+
+def test_a_delivery_watermark_that_beats_the_send_answer_is_not_lost(
+    ratchet: Ratchet,  # noqa: F811
+    page: World,  # noqa: F811
+) -> None:
+    """DESIGN section 6: "A status that arrives before the send response recorded the
+    provider id is parked and applied when the id is recorded; the two must not miss each
+    other." Messenger's delivery watermark routinely beats the Send API's answer."""
+    message_id = make_message(ratchet.db, page, recipient=PSID)
+    with ratchet.db.transaction() as session:  # the worker claims and calls Meta
+        claim = claim_message(session, message_id, T0, timedelta(seconds=25))
+        assert claim is not None
+        start_attempt(session, claim, "key", T0)
+    # Meta delivered it and says so before its answer to the Send API reached us.
+    answer = ratchet.post(delivery(mids=None, watermark=ms(T0) + 300))
+    assert answer.status_code == 200, answer.text
+    with ratchet.db.transaction() as session:  # the answer: accepted as m_one
+        finish_attempt(session, claim, T0, "accepted", provider_message_id="m_one")
+        record_accepted(
+            session,
+            claim,
+            "m_one",
+            T0 + timedelta(milliseconds=600),
+            unknown_attempts=0,
+            had_unknown=False,
+        )
+    sweep_once(
+        ratchet.db, current_app.config["RATCHET"], T0 + timedelta(seconds=5)
+    )  # the sweeper's replay too
+    assert ratchet.status(message_id) == "delivered", (
+        f"Meta's delivery watermark covering message {message_id} arrived before the send "
+        f"answer ({answer.json()}) and was neither parked nor applied: it stays "
+        f"{ratchet.status(message_id)!r} until the thread's next watermark, if any"
     )
