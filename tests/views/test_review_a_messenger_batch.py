@@ -11,16 +11,27 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from flask import current_app
 
 from app.models import WebhookStatus
 from app.repo.claims import claim_message
-from app.repo.sending import finish_attempt, record_accepted, start_attempt
+from app.repo.messages import correlation_id_for
+from app.repo.sending import finish_attempt, record_accepted, record_retry, start_attempt
 from jobs.sweep import sweep_once
 
 from ..conftest import T0
 from ..factories import World, make_message
-from .test_webhooks_messenger import PAGE, PSID, Ratchet, delivery, ms, page, ratchet  # noqa: F401
+from .test_webhooks_messenger import (  # noqa: F401
+    PAGE,
+    PSID,
+    Ratchet,
+    delivery,
+    fixture,
+    ms,
+    page,
+    ratchet,
+)
 
 
 def test_a_checkbox_opt_in_beside_a_delivery_receipt_does_not_lose_the_receipt(
@@ -84,4 +95,59 @@ def test_a_delivery_watermark_that_beats_the_send_answer_is_not_lost(
         f"Meta's delivery watermark covering message {message_id} arrived before the send "
         f"answer ({answer.json()}) and was neither parked nor applied: it stays "
         f"{ratchet.status(message_id)!r} until the thread's next watermark, if any"
+    )
+
+
+@pytest.mark.parametrize("opt_in", [False, True])  # False: the control, which passes
+def test_an_echo_answering_an_unknown_outcome_beside_an_opt_in_still_stops_the_retry(
+    ratchet: Ratchet,  # noqa: F811
+    page: World,  # noqa: F811
+    opt_in: bool,
+) -> None:
+    """The same loss, where it costs a double text: the echo (Meta's `sent`, carrying our
+    correlation id back) is how a Send API call that timed out is matched before its
+    retry (docs/design.md, Messenger and Instagram). Batched with a checkbox opt-in, it is
+    never stored, and the retry after the grace sends a second copy."""
+    message_id = make_message(ratchet.db, page, recipient=PSID)
+    with ratchet.db.transaction() as session:
+        claim = claim_message(session, message_id, T0, timedelta(seconds=25))
+        assert claim is not None
+        start_attempt(session, claim, "key", T0)
+        assert record_retry(  # the call timed out: unknown, retry after the grace
+            session,
+            claim,
+            T0 + timedelta(seconds=15),
+            failure_class="unknown",
+            error=None,
+            unknown_attempts=1,
+            rate_limited_attempts=0,
+            had_unknown=True,
+        )
+        correlation = correlation_id_for(session, message_id, 1)
+    body = fixture("echo")
+    entry = body["entry"][0]
+    entry["id"] = PAGE
+    echo = entry["messaging"][0]
+    echo["sender"]["id"], echo["recipient"]["id"] = PAGE, PSID
+    echo["timestamp"] = ms(T0) + 400
+    echo["message"]["metadata"] = correlation
+    echo["message"]["mid"] = "m_echoed"
+    if opt_in:
+        entry["messaging"].append(
+            {
+                "recipient": {"id": PAGE},
+                "timestamp": ms(T0) + 450,
+                "optin": {"ref": "checkout-page", "user_ref": "ref-7f3a"},
+            }
+        )
+    answer = ratchet.post(body)
+    assert answer.status_code < 300, answer.text
+    sweep_once(ratchet.db, current_app.config["RATCHET"], T0 + timedelta(seconds=5))
+    with ratchet.db.transaction() as session:
+        retry = claim_message(
+            session, message_id, T0 + timedelta(seconds=16), timedelta(seconds=25)
+        )
+    assert retry is None, (
+        f"the echo of the first copy came in a signed delivery ({answer.status_code} "
+        f"{answer.json()}) yet the retry was claimed: a second copy goes to the customer"
     )
