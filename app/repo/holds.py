@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from app.correlation import make_correlation_id
 from app.lifecycle import FAILED_WORDS, PROVIDER_WORDS, Source, Status
 from app.models import Attempt, Message, MessageEvent, WebhookStatus
 
@@ -88,7 +89,15 @@ def holds_for(session: Session, messages: Sequence[Message]) -> dict[int, str | 
                 )
             )
         }
+    # 4. A status stored and not applied yet (waiting behind the rest of its delivery, or
+    #    for the sweeper's replay) that names the message, by our correlation id of any of
+    #    its cycles or by a provider id it is known by: what the provider said is a fact
+    #    before it applies.
+    pending = _pending_statuses(session, messages, known, advancing)
     for message in messages:
+        if message.id in pending:
+            found[message.id] = pending[message.id]
+            continue
         if message.id in reached:
             status, cycle = reached[message.id]
             when = "after it failed" if cycle == message.cycle else f"in cycle {cycle}"
@@ -104,4 +113,47 @@ def holds_for(session: Session, messages: Sequence[Message]) -> dict[int, str | 
                     f"provider id {pid} was accepted in cycle {cycle} and never reported failed"
                 )
                 break
+    return found
+
+
+def _pending_statuses(
+    session: Session,
+    messages: Sequence[Message],
+    known: dict[int, list[tuple[str, int]]],
+    advancing: list[str],
+) -> dict[int, str]:
+    key = session.info.get("correlation_key", b"")
+    by_correlation = {
+        make_correlation_id(key, m.id, cycle): m.id
+        for m in messages
+        for cycle in range(1, m.cycle + 1)
+    }
+    identity_of = {m.id: m.identity_id for m in messages}
+    by_pid = {(identity_of[mid], pid): mid for mid, pairs in known.items() for pid, _ in pairs}
+    conditions = [WebhookStatus.correlation_id.in_(by_correlation)]
+    if by_pid:
+        conditions.append(WebhookStatus.provider_message_id.in_({pid for _, pid in by_pid}))
+    found: dict[int, str] = {}
+    for row in session.execute(
+        select(
+            WebhookStatus.identity_id,
+            WebhookStatus.correlation_id,
+            WebhookStatus.provider_message_id,
+            WebhookStatus.status,
+        )
+        .where(
+            WebhookStatus.applied_at.is_(None),
+            WebhookStatus.identity_id.in_(set(identity_of.values())),
+            WebhookStatus.status.in_(advancing),
+            or_(*conditions),
+        )
+        .order_by(WebhookStatus.id)
+    ):
+        mid = by_correlation.get(row.correlation_id or "")
+        if mid is None or identity_of[mid] != row.identity_id:
+            mid = by_pid.get((row.identity_id, row.provider_message_id))
+        if mid is not None:
+            found.setdefault(
+                mid, f"the provider reported it {row.status} (stored, not applied yet)"
+            )
     return found

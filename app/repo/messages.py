@@ -453,7 +453,11 @@ def requeue_message(
             "Requeueing could text them twice; use --force with --reason to requeue anyway"
         )
     new_cycle = message.cycle + 1
-    key_cycle = message.provider_key_cycle if message.had_unknown_outcome else new_cycle
+    # The key stays while the provider may hold a copy under it: an unknown outcome in the
+    # failed cycle, or a cycle that made no attempt at all (canceled while queued), which
+    # still carries the key of the cycle before it.
+    keep_key = message.had_unknown_outcome or message.attempt == 0
+    key_cycle = message.provider_key_cycle if keep_key else new_cycle
     cleared = {name: None for name in TIMESTAMP_FIELD.values()}
     result = apply_status(
         session,

@@ -11,9 +11,9 @@ from flask import Flask
 from sqlalchemy import event, select
 
 from app.db import Database
-from app.models import BulkPlan, Message, MessageEvent
+from app.models import AuditEntry, BulkPlan, Message, MessageEvent
 from app.reconcile import apply_recorded, record_delivery
-from app.repo.bulkplans import PREVIEW_LIFETIME, RUNNING, confirm_plan
+from app.repo.bulkplans import PREVIEW_LIFETIME, RUNNING, PlanNotFoundError, confirm_plan
 from app.repo.bulkpreviews import QueuedFilters, preview_cancel, preview_requeue
 from app.repo.bulkrun import run_chunk
 from app.repo.cancels import cancel_message
@@ -183,17 +183,22 @@ def test_a_confirm_at_the_previews_expiry_is_not_deleted_by_the_sweeper(
     confirmed: dict[str, Any] = {}
 
     def operator_confirms() -> None:
-        with committed_db.transaction() as session:
-            plan = confirm_plan(
-                session,
-                plan_id,
-                None,
-                {f"{world.identity_id}:campaign"},
-                sweep_at,
-                actor="ops@acme.test",
-                reason="sent by mistake",
-            )
-            confirmed["status"] = plan.status
+        try:
+            with committed_db.transaction() as session:
+                plan = confirm_plan(
+                    session,
+                    plan_id,
+                    None,
+                    {f"{world.identity_id}:campaign"},
+                    sweep_at,
+                    actor="ops@acme.test",
+                    reason="sent by mistake",
+                )
+                confirmed["status"] = plan.status
+        except PlanNotFoundError as exc:
+            confirmed["error"] = exc
+
+    workers: list[threading.Thread] = []
 
     def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if (
@@ -203,8 +208,10 @@ def test_a_confirm_at_the_previews_expiry_is_not_deleted_by_the_sweeper(
         ):
             fired.set()
             worker = threading.Thread(target=operator_confirms)
+            workers.append(worker)
             worker.start()
-            worker.join(timeout=10)
+            # Time for the confirm to commit in the middle, if nothing stops it.
+            worker.join(timeout=3)
 
     config = app.config["RATCHET"]
     event.listen(committed_db.engine, "before_cursor_execute", before)
@@ -212,7 +219,9 @@ def test_a_confirm_at_the_previews_expiry_is_not_deleted_by_the_sweeper(
         sweep_once(committed_db, config, sweep_at)
     finally:
         event.remove(committed_db.engine, "before_cursor_execute", before)
-    assert fired.is_set() and confirmed.get("status") == RUNNING
+    for worker in workers:
+        worker.join(timeout=30)
+    assert fired.is_set() and confirmed, "the confirm did not finish"
 
     with committed_db.transaction() as session:
         plan = session.get(BulkPlan, plan_id)
@@ -220,10 +229,20 @@ def test_a_confirm_at_the_previews_expiry_is_not_deleted_by_the_sweeper(
         cancels = session.scalars(
             select(MessageEvent.id).where(MessageEvent.kind == "cancel")
         ).all()
-    assert plan is not None, (
-        "the operator's confirmed (and audited) bulk cancel was deleted by the sweeper's "
-        f"preview expiry; its messages stay {statuses} and will be sent ({len(cancels)} canceled)"
-    )
+        audited = session.scalars(
+            select(AuditEntry.id).where(AuditEntry.action == "bulk.cancel")
+        ).all()
+    if confirmed.get("status") == RUNNING:
+        # The confirm won: its plan (and its audited action) must still be there.
+        assert plan is not None, (
+            "the operator's confirmed (and audited) bulk cancel was deleted by the sweeper's "
+            f"preview expiry; its messages stay {statuses} and will be sent "
+            f"({len(cancels)} canceled)"
+        )
+    else:
+        # The expiry won: the confirm was told the plan is gone, and nothing was audited.
+        assert isinstance(confirmed.get("error"), PlanNotFoundError)
+        assert plan is None and not audited
 
 
 def test_control_the_same_delivered_once_applied_does_hold_the_requeue(db: Database) -> None:

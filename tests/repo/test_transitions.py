@@ -95,10 +95,11 @@ def test_a_duplicate_status_adds_no_event(db: Database) -> None:
 
 def test_a_requeue_starts_a_new_cycle_and_clears_the_row_timestamps(db: Database) -> None:
     message_id = make_message(db, make_world(db))
-    move(db, message_id, "sending", Source.WORKER)
+    move(db, message_id, "sending", Source.WORKER, extra_values={"attempt": 1})
     move(db, message_id, "failed", Source.WORKER, extra_values={"failure_class": "permanent"})
     with db.transaction() as session:
         message = requeue_message(session, message_id, T0 + timedelta(minutes=1), actor="ana")
+    # An attempt was made and answered: the new cycle goes out under a key of its own.
     assert (message.status, message.cycle, message.provider_key_cycle) == ("queued", 2, 2)
     assert message.failed_at is None and message.sending_at is None
     assert message.queued_at == T0 + timedelta(minutes=1)
