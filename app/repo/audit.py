@@ -64,9 +64,13 @@ def audit_actions(session: Session, tenant_id: int | None) -> list[str]:
     return list(session.scalars(query))
 
 
-def audit_for_message(session: Session, message_id: int) -> list[AuditEntry]:
+def audit_for_message(
+    session: Session, message_id: int, tenant_id: int | None = None
+) -> list[AuditEntry]:
     """The audit rows that touched one message: its own, and those of every bulk plan
-    that listed it (a plan writes one row for all its messages)."""
+    that listed it (a plan writes one row for all its messages). Within `tenant_id` (a
+    tenant's staff) only that tenant's rows: a platform plan's own row carries every
+    tenant's counts and filters, and the tenant has a row of its own for it."""
     plan_ids = session.scalars(
         select(BulkPlanItem.plan_id).where(
             BulkPlanItem.message_id == message_id, BulkPlanItem.selected.is_(True)
@@ -75,6 +79,11 @@ def audit_for_message(session: Session, message_id: int) -> list[AuditEntry]:
     targets = [f"message:{message_id}", *(f"bulk:{plan_id}" for plan_id in plan_ids)]
     return list(
         session.scalars(
-            select(AuditEntry).where(AuditEntry.target.in_(targets)).order_by(AuditEntry.id)
+            select(AuditEntry)
+            .where(
+                AuditEntry.target.in_(targets),
+                *([AuditEntry.tenant_id == tenant_id] if tenant_id is not None else []),
+            )
+            .order_by(AuditEntry.id)
         )
     )

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from app.models import BulkPlan, BulkPlanItem
+from app.models import BulkPlan, BulkPlanItem, Message
 from app.repo.staff import record_audit
 
 REQUEUE, CANCEL = "requeue", "cancel"
@@ -89,11 +89,11 @@ def confirm_plan(
     plan.confirmed_by = actor
     plan.confirmed_at = now
     plan.reason = (reason or "").strip() or None
-    record_audit(
+    record_plan_audit(
         session,
+        plan,
         actor,
         f"bulk.{plan.kind}",
-        f"bulk:{plan.id}",
         now,
         {
             "planned": planned,
@@ -110,7 +110,6 @@ def confirm_plan(
                 )
             ),
         },
-        tenant_id=plan.tenant_id,
     )
     session.flush()
     return plan
@@ -129,17 +128,56 @@ def stop_plan(
     plan.canceled_by = actor
     plan.canceled_at = now
     if was == RUNNING:
-        record_audit(
+        record_plan_audit(
             session,
+            plan,
             actor,
             f"bulk.{plan.kind}.stop",
-            f"bulk:{plan.id}",
             now,
             {**progress_detail(plan), "via": "web"},
-            tenant_id=plan.tenant_id,
         )
     session.flush()
     return plan
+
+
+def record_plan_audit(
+    session: Session,
+    plan: BulkPlan,
+    actor: str,
+    action: str,
+    now: datetime,
+    detail: dict[str, Any],
+) -> None:
+    """The plan's audit row, in its tenant's log. A platform plan across tenants (made
+    without narrowing to one) also writes one row into each tenant's log whose messages it
+    selected, with that tenant's own counts only: every tenant sees who touched its
+    messages, and none sees another's figures or filters."""
+    record_audit(session, actor, action, f"bulk:{plan.id}", now, detail, tenant_id=plan.tenant_id)
+    if plan.tenant_id is not None:
+        return
+    shares: dict[int, dict[str, int]] = {}
+    for tenant_id, outcome, count in session.execute(
+        select(Message.tenant_id, BulkPlanItem.outcome, func.count())
+        .join(Message, Message.id == BulkPlanItem.message_id)
+        .where(BulkPlanItem.plan_id == plan.id, BulkPlanItem.selected.is_(True))
+        .group_by(Message.tenant_id, BulkPlanItem.outcome)
+    ):
+        share = shares.setdefault(tenant_id, {"planned": 0, "done": 0, "skipped": 0})
+        share["planned"] += count
+        if outcome in ("requeued", "canceled"):
+            share["done"] += count
+        elif outcome is not None:
+            share["skipped"] += count
+    for tenant_id, share in sorted(shares.items()):
+        record_audit(
+            session,
+            actor,
+            action,
+            f"bulk:{plan.id}",
+            now,
+            {**share, "reason": plan.reason, "via": detail.get("via"), "across_tenants": True},
+            tenant_id=tenant_id,
+        )
 
 
 def progress_detail(plan: BulkPlan) -> dict[str, Any]:
@@ -159,14 +197,23 @@ def progress_detail(plan: BulkPlan) -> dict[str, Any]:
 def expire_previews(session: Session, before: datetime) -> int:
     """Delete previews nobody confirmed since `before` (their stored ids with them): a
     preview is a question, and a stale one must not be confirmed on an old picture."""
+    # Locked, skipping a plan being confirmed right now, and deleted only while still a
+    # preview: a confirmation that commits first keeps its plan (and its audited action).
     stale = list(
         session.scalars(
-            select(BulkPlan.id).where(BulkPlan.status == PREVIEWED, BulkPlan.created_at < before)
+            select(BulkPlan.id)
+            .where(BulkPlan.status == PREVIEWED, BulkPlan.created_at < before)
+            .with_for_update(skip_locked=True)
         )
     )
     if stale:
-        session.execute(delete(BulkPlanItem).where(BulkPlanItem.plan_id.in_(stale)))
-        session.execute(delete(BulkPlan).where(BulkPlan.id.in_(stale)))
+        still_previews = select(BulkPlan.id).where(
+            BulkPlan.id.in_(stale), BulkPlan.status == PREVIEWED
+        )
+        session.execute(delete(BulkPlanItem).where(BulkPlanItem.plan_id.in_(still_previews)))
+        session.execute(
+            delete(BulkPlan).where(BulkPlan.id.in_(stale), BulkPlan.status == PREVIEWED)
+        )
     return len(stale)
 
 

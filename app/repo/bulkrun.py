@@ -28,10 +28,9 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
 from app.models import BulkPlan, BulkPlanItem, Message
-from app.repo.bulkplans import CANCEL, DONE, RUNNING, get_plan, progress_detail
+from app.repo.bulkplans import CANCEL, DONE, RUNNING, get_plan, progress_detail, record_plan_audit
 from app.repo.cancels import cancel_message
 from app.repo.messages import RequeueRefusedError, provider_may_hold, requeue_message
-from app.repo.staff import record_audit
 
 CHUNK = 100
 REQUEUED, CANCELED = "requeued", "canceled"
@@ -139,14 +138,13 @@ def run_chunk(session: Session, plan_id: int, now: datetime, limit: int = CHUNK)
     if not left:
         plan.status = DONE
         plan.finished_at = now
-        record_audit(
+        record_plan_audit(
             session,
+            plan,
             plan.confirmed_by or "unknown",
             f"bulk.{plan.kind}.done",
-            f"bulk:{plan.id}",
             now,
             {**progress_detail(plan), "via": "bulk runner"},
-            tenant_id=plan.tenant_id,
         )
         chunk.finished = True
     session.flush()

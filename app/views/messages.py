@@ -40,7 +40,7 @@ def _context(story: MessageStory, *, full: bool = False) -> dict[str, object]:
     if full:
         # The audit rows that touched it (its own and its bulk plans'), and those plans.
         with get_db().transaction() as session:
-            extra["audit"] = audit_for_message(session, story.message.id)
+            extra["audit"] = audit_for_message(session, story.message.id, tenant_scope())
             extra["plans"] = plans_touching(session, story.message.id)
         extra["ticket"] = ticket_summary(story, meaning, now())
     return {
