@@ -68,13 +68,39 @@ def list_staff(session: Session, tenant_id: int | None) -> list[StaffRow]:
 
 
 def _target(session: Session, actor: Actor, staff_id: int) -> Staff:
-    query = select(Staff).where(Staff.id == staff_id).with_for_update()
-    if actor.tenant_id is not None:
-        query = query.where(Staff.tenant_id == actor.tenant_id)
-    found = session.scalars(query.execution_options(populate_existing=True)).one_or_none()
-    if found is None:
+    """The login an admin acts on, locked together with the admin's own (in id order, so
+    two admins acting on each other cannot deadlock), after checking the admin still is
+    one: a request already in flight when its admin was disabled or demoted does nothing."""
+    query = (
+        select(Staff)
+        .where(Staff.id.in_({staff_id, actor.id}))
+        .order_by(Staff.id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    rows = {row.id: row for row in session.scalars(query)}
+    _still_admin(rows.get(actor.id))
+    found = rows.get(staff_id)
+    if found is None or (actor.tenant_id is not None and found.tenant_id != actor.tenant_id):
         raise StaffNotFoundError(staff_id)
     return found
+
+
+def _lock_actor(session: Session, actor: Actor) -> None:
+    query = (
+        select(Staff)
+        .where(Staff.id == actor.id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    _still_admin(session.scalars(query).one_or_none())
+
+
+def _still_admin(member: Staff | None) -> None:
+    if member is None or member.disabled_at is not None or member.role != "admin":
+        raise StaffActionError(
+            "your login was disabled or is no longer an admin's: nothing was changed"
+        )
 
 
 def _not_self(actor: Actor, target: Staff, what: str) -> None:
@@ -106,6 +132,7 @@ def create(
     """A new login; returns it with its password (given, or generated), to show once.
 
     A tenant's admin always creates staff of their own tenant, whatever was asked."""
+    _lock_actor(session, actor)
     email = email.strip().lower()
     if not EMAIL.fullmatch(email) or len(email) > 254:
         raise StaffActionError(f"{email[:60]!r} is not an email address")
