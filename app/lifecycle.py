@@ -49,6 +49,10 @@ PROVIDER_WORDS: dict[str, Status] = {
     "undelivered": Status.FAILED,
 }
 FAILED_WORDS: tuple[str, ...] = tuple(w for w, s in PROVIDER_WORDS.items() if s is Status.FAILED)
+# Twilio's steps below `sent` (the message is with Twilio, not yet passed on): recorded only,
+# except for a message still `sending`, whose create answer was lost or is late: for it they
+# are the provider's acceptance, our `sent`, exactly as a 2xx with a sid is.
+ACCEPTED_WORDS: frozenset[str] = frozenset({"queued", "accepted", "scheduled", "sending"})
 
 # The column holding the time each state was first reached in the current cycle.
 TIMESTAMP_FIELD: dict[Status, str] = {status: f"{status.value}_at" for status in Status}

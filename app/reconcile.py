@@ -40,7 +40,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from app.db import Database
-from app.lifecycle import PROVIDER_WORDS, Source, Status
+from app.lifecycle import ACCEPTED_WORDS, PROVIDER_WORDS, Source, Status
 from app.providers.base import Watermark
 from app.providers.classification import rank_of
 from app.repo.events import append_event
@@ -220,6 +220,14 @@ def apply_stored_status(
     if isinstance(found, Stale):
         return record(now, Result.STALE, found.message_id)
     target = PROVIDER_WORDS.get(status.status)
+    if (
+        target is None
+        and status.status in ACCEPTED_WORDS
+        and found.message.status is Status.SENDING
+    ):
+        # Twilio has the message (its answer to us was lost or is late): our `sent`, so
+        # no retry sends a second copy.
+        target = Status.SENT
     if target is None:  # below `sent` (Twilio's queued, ...) or untracked: recorded only
         return record(now, Result.IGNORED, found.message.id)
     transition = apply_through_guard(session, status, found, target, now)  # 5

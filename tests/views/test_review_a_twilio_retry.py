@@ -150,9 +150,11 @@ def test_a_twilio_callback_below_sent_stops_the_retry_of_an_unknown_outcome(
         assert answer.status_code == 200, answer.get_json()
         with db.transaction() as session:
             row = session.scalars(select(Message).where(Message.id == message_id)).one()
-            # The reconciler knows Twilio has it: the sid is adopted on the row.
+            # The reconciler knows Twilio has it: the sid is adopted on the row, and the
+            # step below `sent` is Twilio's acceptance, our `sent`, for a message whose
+            # create answer was lost.
             assert row.provider_message_id == f"SM{1:032d}"
-            assert row.status == "sending"
+            assert row.status == "sent"
 
         # 3. The grace is over: the retry job runs. Twilio holds the message already.
         later = start + timedelta(seconds=config.webhook_grace + 5)
