@@ -142,7 +142,6 @@ class MetaMessagingProvider:
         self, batch: WebhookBatch, routing_id: str, event: dict[str, Any], path: str, i: int
     ) -> None:
         where = f"{path}.messaging[{i}]"
-        customer = _party(event, "sender", where)
         message = event.get("message")
         if isinstance(message, dict) and message.get("is_echo"):
             # Our Page sent a message (message_echoes; on Instagram, `messages` with
@@ -160,6 +159,12 @@ class MetaMessagingProvider:
                 )
             )
             return
+        if not any(kind in event for kind in ("delivery", "read", "message")):
+            # Postbacks, reactions, referrals, opt-ins, policy notices: no status of ours,
+            # and some (a checkbox opt-in, a policy enforcement) carry no `sender` at all,
+            # so nothing of theirs is read: they must not cost their neighbours.
+            return
+        customer = _party(event, "sender", where)
         if "delivery" in event:
             delivery = _object(event["delivery"], f"{where}.delivery")
             self._receipt(batch, routing_id, customer, "delivered", delivery, event, where)
@@ -179,7 +184,6 @@ class MetaMessagingProvider:
                     raw=event,
                 )
             )
-        # Postbacks, reactions, referrals, optins: no status of ours to apply.
 
     def _receipt(
         self,

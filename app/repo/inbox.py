@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, or_, select, update
+from sqlalchemy import Table, bindparam, case, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.models import WebhookDelivery, WebhookStatus
@@ -246,8 +246,12 @@ def pending_status_ids(
     A status parks when it beats the send response; the worker applies it when it
     records the id, and this replay covers the short race between the two. Older parked
     ones are mostly other systems' messages (normal): they wait for their id or expire,
-    instead of being retried on every pass.
+    instead of being retried on every pass. The never-applied come first: parked ones
+    from other senders on a shared number are normal and can be many, and they must not
+    crowd out a status whose application was cut short (a `sent` that answers an unknown
+    outcome has to apply before the retry it makes unnecessary).
     """
+    parked_last = case((WebhookStatus.result == Result.PARKED, 1), else_=0)
     return list(
         session.scalars(
             select(WebhookStatus.id)
@@ -259,7 +263,7 @@ def pending_status_ids(
                     WebhookStatus.received_at >= now - parked_window,
                 ),
             )
-            .order_by(WebhookStatus.id)
+            .order_by(parked_last, WebhookStatus.id)
             .limit(limit)
         )
     )

@@ -169,6 +169,10 @@ def receive(
             if unknown:
                 log.warning("%s webhook names unknown identities %s", provider.name, unknown)
             now = utcnow()
+            # The delivery belongs to its identity when it names one; one naming several
+            # (one app's secret shared by several numbers or Pages, maybe several
+            # tenants') belongs to none, so no message page shows its whole body.
+            owner = known[0].id if len(known) == 1 else None
             ids = {rid: identity.id for rid, identity in by_route.items()}
             incoming: list[IncomingStatus] = []
             unstorable = 0
@@ -187,7 +191,7 @@ def receive(
             recorded = record_delivery(
                 session,
                 provider=provider.name,
-                identity_id=known[0].id,
+                identity_id=owner,
                 headers=headers,
                 body=body,
                 now=now,
@@ -202,7 +206,7 @@ def receive(
             kept = record_delivery(
                 session,
                 provider=provider.name,
-                identity_id=known[0].id,
+                identity_id=owner,
                 headers=headers,
                 body=body,
                 now=now,

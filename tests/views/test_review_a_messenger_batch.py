@@ -63,6 +63,12 @@ def test_a_checkbox_opt_in_beside_a_delivery_receipt_does_not_lose_the_receipt(
     )
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (docs/design.md section 10): a watermark that beats the send's answer "
+    "moves nothing; the thread's next watermark or the echo does. Matching it to a message "
+    "with no provider id yet could mark delivered a send that then fails.",
+)
 def test_a_delivery_watermark_that_beats_the_send_answer_is_not_lost(
     ratchet: Ratchet,  # noqa: F811
     page: World,  # noqa: F811
