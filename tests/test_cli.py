@@ -95,9 +95,13 @@ BUILT_PROVIDERS = [name for name in PROVIDER_ARGS if name in PROVIDERS]
 UNBUILT_PROVIDERS = [name for name in PROVIDER_ARGS if name not in PROVIDERS]
 
 
-@pytest.mark.parametrize("provider", UNBUILT_PROVIDERS)
-def test_identity_create_refuses_a_provider_that_cannot_send_yet_and_stores_nothing(
-    cli: FlaskCliRunner, db: Database, provider: str
+def test_every_provider_the_cli_offers_can_send() -> None:
+    # The CLI's choices and the provider registry agree: no identity it creates waits for ever.
+    assert UNBUILT_PROVIDERS == [] and sorted(BUILT_PROVIDERS) == sorted(PROVIDERS)
+
+
+def test_identity_create_refuses_a_provider_it_does_not_know_and_stores_nothing(
+    cli: FlaskCliRunner, db: Database
 ) -> None:
     run(cli, "tenant", "create", "acme")
     result = run(
@@ -107,15 +111,14 @@ def test_identity_create_refuses_a_provider_that_cannot_send_yet_and_stores_noth
         "--tenant",
         "acme",
         "--provider",
-        provider,
+        "telegram",
         "--token",
         "tok-123456789",
-        *PROVIDER_ARGS[provider],
+        *PROVIDER_ARGS["whatsapp"],
         ok=False,
     )
     assert result.exit_code != 0
-    assert f"cannot send through {provider} yet" in result.output
-    assert "nothing was created" in result.output
+    assert "telegram" in result.output and "whatsapp" in result.output
     with db.transaction() as session:
         assert session.scalars(select(Identity)).all() == []
 
