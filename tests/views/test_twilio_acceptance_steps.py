@@ -1,12 +1,11 @@
-"""Review A: a Twilio status callback below `sent` (`sending`, `queued`, `accepted`) proves
-Twilio holds the message, and the reconciler even adopts its sid; the retry after an
-unknown outcome must then not call Twilio again (DESIGN section 1, promise 1; section 7:
-"skipped if a webhook has answered meanwhile").
+"""A Twilio status callback below `sent` (`sending`, `queued`, `accepted`) proves Twilio
+holds the message: for a message whose create answer was lost it is our `sent`, and the
+retry after the unknown outcome does not call Twilio again (DESIGN section 1, promise 1;
+section 7: "skipped if a webhook has answered meanwhile").
 
 Real HTTP: a fake Twilio API served by werkzeug (the outside world), whose first create
 call is accepted but answers after our deadline; the callback is signed with Twilio's own
-validator at the exact StatusCallback URL the worker gave; the worker is `send_one`.
-"""
+validator at the exact StatusCallback URL the worker gave; the worker is `send_one`."""
 
 from __future__ import annotations
 

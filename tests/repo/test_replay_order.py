@@ -1,12 +1,9 @@
-"""Review A: the sweeper's replay takes the 500 oldest pending statuses, and recently parked
-statuses count among them. Statuses for a shared number's other senders (the WhatsApp
-Business app on the same number, another system: "unknown ids are normal") park and are
-re-tried for ten minutes; 500 of them in that window starve every newer status, including
-one whose web process died after committing the delivery and before applying it
-(DESIGN section 2: "the sweeper ... re-rings ... unapplied webhook statuses"; section 6:
-"A status that fails to apply stays marked unapplied and the sweeper replays it"). Here
-that status is the `sent` answering an unknown outcome, so the retry goes first: promise 1.
-"""
+"""The sweeper's replay takes at most 500 pending statuses a pass, and recently parked ones
+count among them. Statuses for a shared number's other senders (the WhatsApp Business app
+on the same number, another system: "unknown ids are normal") park and are retried for ten
+minutes; however many there are, a status that was never applied (its web process died
+after committing the delivery) goes first (DESIGN section 2; section 6). Here that status
+is the `sent` answering an unknown outcome, so it must beat the retry: promise 1."""
 
 from __future__ import annotations
 

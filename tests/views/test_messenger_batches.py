@@ -1,11 +1,8 @@
-"""Review A: one event of a shape Meta documents but the parser does not take (a checkbox
-plugin opt-in, which has no `sender`: "The sender object is not included for
-messaging_optins events triggered by the checkbox plugin", Messenger webhook reference)
-makes the whole signed delivery "not understood": it is kept raw and answered 202, so Meta
-never resends it, and the delivery receipt for our message batched beside it is never
-applied, now or by the sweeper (DESIGN section 1, promise 2; section 6: each status is
-applied, a status that fails to apply is replayed).
-"""
+"""One event of a shape Meta documents but no status of ours (a checkbox plugin opt-in,
+which has no `sender`: "The sender object is not included for messaging_optins events
+triggered by the checkbox plugin", Messenger webhook reference) must not cost its
+neighbours: the delivery receipt, or the echo answering an unknown outcome, batched beside
+it is stored and applied (DESIGN section 1, promise 2; section 6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Reviewer B: a disabled admin's request already in flight still acts (real PostgreSQL,
-two HTTP clients, the interleaving forced with an event hook on B's connection)."""
+"""Two admins acting on each other at once: the request of an admin disabled a moment ago,
+already in flight, changes nothing (real PostgreSQL, two HTTP clients, the interleaving
+forced with an event hook on B's connection)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Review A: one Meta app serving two tenants' numbers (one app secret, as a platform's app
-is) batches both tenants' changes into one delivery. It is stored under the first known
-identity only, and that tenant's message page shows the "Whole delivery" raw body: the
-other tenant's customers, their numbers and what they wrote. DESIGN section 1 / 9: a
-tenant's staff must never reach another tenant's data.
-"""
+"""One Meta app serving two tenants' numbers (one app secret, as a platform's app is)
+batches both tenants' changes into one delivery. Such a delivery belongs to no single
+identity, so no message page shows its "Whole delivery" raw body: a tenant's staff never
+see the other tenant's customers, their numbers or what they wrote (DESIGN sections 1, 9)."""
 
 from __future__ import annotations
 

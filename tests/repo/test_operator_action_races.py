@@ -1,4 +1,4 @@
-"""Reviewer B's breaks: operator actions against the engine (real PostgreSQL, real commits
+"""Operator actions racing the engine (real PostgreSQL, real commits
 where the interleaving spans connections). Each test states the promise it guards."""
 
 from __future__ import annotations
@@ -158,11 +158,11 @@ def test_a_requeue_after_a_canceled_cycle_keeps_the_key_of_the_unknown_outcome(
 def test_a_confirm_at_the_previews_expiry_is_not_deleted_by_the_sweeper(
     app: Flask, committed_db: Database
 ) -> None:
-    """Interleaving: the sweeper's step 4 reads the stale preview ids (status `previewed`),
-    the operator's confirm commits (status `running`, audit row "bulk.cancel", the page
-    says "Canceling N messages"), then the sweeper's DELETEs, which name only the ids, remove
-    the running plan and its items. The audited cancel never happens: the campaign sent by
-    mistake goes out."""
+    """The sweeper's step 4 expiring a preview while the operator confirms it (the confirm
+    started inside the sweeper's delete): either the confirm wins and its plan (audited,
+    its page saying "Canceling N messages") stays, or the expiry wins and the confirm is
+    told the plan is gone, with nothing audited. Never an audited plan deleted, so the
+    campaign sent by mistake goes out."""
     world = make_world(committed_db)
     queued = [
         make_message(committed_db, world, recipient=f"1555000000{i}", lane="campaign")
