@@ -1,6 +1,6 @@
 """How the dashboard's pages grow with the messages table: 10k, 100k and 1M messages.
 
-Fills its own PostgreSQL database (`h_ident_bench`, created if missing) in SQL, one schema
+Fills its own PostgreSQL database (`bench_pages`, created if missing) in SQL, one schema
 per size (`size_10000`, ...; the smaller ones are exactly the newest rows of the larger),
 with a realistic spread: 20 tenants, 60 identities (one busy number with a third of the
 traffic), both lanes; states mostly read
@@ -40,9 +40,11 @@ if str(ROOT) not in sys.path:
 
 from sqlalchemy import create_engine, event, text  # noqa: E402
 
-DATABASE = "h_ident_bench"
+# Its own database (it fills three schemas of it), and Redis db 9 like the other benches;
+# BENCH_PAGES_DATABASE / BENCH_REDIS_URL point a run elsewhere.
+DATABASE = os.environ.get("BENCH_PAGES_DATABASE", "bench_pages")
 PG_URL = f"postgresql+psycopg://127.0.0.1:5432/{DATABASE}"
-REDIS_URL = "redis://127.0.0.1:6379/5"
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
 SECRET_KEY = "bench-secret-key-not-for-production"
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 SPACING_S = 0.9  # one message every 0.9 s, going back in time
