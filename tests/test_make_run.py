@@ -3,6 +3,7 @@ process it started. Runs the real command, as a person would at a terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -129,6 +130,16 @@ def test_make_run_starts_the_system_and_ctrl_c_stops_everything_it_started(
         assert [p for p in started if is_alive(p)] == []
     finally:
         if make.poll() is None:
-            os.killpg(make.pid, signal.SIGKILL)
-            make.wait()
+            os.killpg(make.pid, signal.SIGINT)
+            try:
+                make.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(make.pid, signal.SIGKILL)
+                make.wait()
+        # A failed assertion above skipped the orderly stop: nothing it started may outlive
+        # the test (the launcher's children run in process groups of their own).
+        for pid in started:
+            if is_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         log.close()
