@@ -181,7 +181,12 @@ def test_no_one_second_window_exceeds_the_identitys_rate_plus_its_burst(
     wait_until(lambda: finished(env, ids) == len(ids))
     times = receipt_times(env, number)
     assert len(times) == len(ids)
-    assert busiest_second(times) <= 20 + burst_of(20)
+    # The slots are granted on Redis's clock; these are arrival times at the sandbox, which
+    # a loaded machine delays unevenly: a request held back 0.1 s lands in the next window
+    # beside the on-time ones. So the window may hold the rate, the burst, and what 0.1 s of
+    # that jitter carries over; unpaced, 150 messages would arrive within well under a second.
+    jitter = math.ceil(20 * 0.1)
+    assert busiest_second(times) <= 20 + burst_of(20) + jitter
 
 
 @pytest.mark.slow
