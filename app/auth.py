@@ -14,6 +14,7 @@ from functools import wraps
 from typing import Any, TypeVar, cast
 
 from flask import Flask, Response, abort, flash, redirect, request, url_for
+from flask.sessions import SecureCookieSessionInterface, SessionMixin
 from flask_login import LoginManager, UserMixin, current_user
 from flask_wtf.csrf import CSRFProtect
 
@@ -95,8 +96,29 @@ def tenant_scope() -> int | None:
     return int(chosen) if chosen.isdigit() else None
 
 
+class QuietPollSessions(SecureCookieSessionInterface):
+    """Flask's signed-cookie sessions, except that a background htmx GET (a table polling
+    itself every few seconds) never sends the cookie back unless it changed the session.
+
+    Flask re-sends a permanent session's cookie on every response to slide its expiry. A
+    poll's response carries the session as the poll read it, so a poll that left before an
+    operator's POST and came back after it overwrote the POST's cookie: the flash saying
+    what the action did was lost (two tabs, one watching the overview, made it happen). A
+    poll also should not keep an unattended tab's session alive for ever: only what a
+    person does slides the 12 hours.
+    """
+
+    def should_set_cookie(self, app: Flask, session: SessionMixin) -> bool:
+        if session.modified:
+            return True
+        if request.method == "GET" and request.headers.get("HX-Request") == "true":
+            return False
+        return super().should_set_cookie(app, session)
+
+
 def init_app(app: Flask) -> None:
     config = app.config["RATCHET"]
+    app.session_interface = QuietPollSessions()
     app.config.update(
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",

@@ -175,3 +175,38 @@ def test_a_next_address_on_another_site_is_ignored_after_sign_in(
         },
     )
     assert response.headers["Location"] == "/"
+
+
+def test_a_poll_that_left_before_an_action_cannot_overwrite_the_cookie_holding_its_flash(
+    app: Flask, client: FlaskClient, db: Database, tenants: Tenants
+) -> None:
+    """Two tabs share one cookie: the overview polling in one, an operator pausing in the
+    other. The poll left with the cookie as it was before the pause; if its answer sent
+    that cookie back it would land after the pause's and erase the flash saying what the
+    pause did (seen once in a browser test under load)."""
+    make_staff(db, "ops@acme.test", "operator", tenants.acme.tenant_id)
+    sign_in(client, "ops@acme.test")
+    cookie = client.get_cookie("session")
+    assert cookie is not None
+    before = cookie.value
+
+    response = client.post(
+        f"/identities/{tenants.acme.identity_id}/pause",
+        data={
+            "csrf_token": page_token(client, "/identities"),
+            "scope": "campaign",
+            "reason": "wrong list",
+        },
+    )
+    assert response.status_code == 302
+
+    other_tab = app.test_client()
+    other_tab.set_cookie("session", before)
+    poll = other_tab.get("/", headers={"HX-Request": "true"})
+    assert poll.status_code == 200 and "overview-table" in poll.get_data(as_text=True)
+    assert "Set-Cookie" not in poll.headers
+
+    # The operator's tab still has its flash; what a person does still slides the session.
+    page = client.get("/identities")
+    assert "campaign lane paused" in page.get_data(as_text=True)
+    assert "Set-Cookie" in client.get("/").headers
