@@ -41,6 +41,7 @@ from app.repo.identities import get_identity, pause_identity, reveal_secrets
 from app.repo.messages import get_message
 from app.repo.sending import (
     Hold,
+    accept_at_once,
     finish_attempt,
     mark_lost_attempt,
     record_accepted,
@@ -402,6 +403,20 @@ def record_outcome(
     error = result.error.to_dict() if result.error else None
     if result.accepted:
         assert result.provider_message_id is not None
+        if (
+            accept_at_once(
+                session,
+                claim,
+                result.provider_message_id,
+                now,
+                http_status=result.http_status,
+                response_body=result.response_body,
+                unknown_attempts=unknown_attempts,
+                had_unknown=had_unknown,
+            )
+            is not None
+        ):
+            return "accepted (sent)", None
         finish_attempt(
             session,
             claim,

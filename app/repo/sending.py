@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import Table, and_, bindparam, exists, func, insert, literal, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Refusal, Source, Status
-from app.models import Attempt, Identity, Message
+from app.models import Attempt, Identity, Message, MessageEvent, WebhookStatus
 from app.providers.classification import rank_of
 from app.reconcile import apply_parked, record_double_send
 from app.repo.claims import Claim
@@ -199,6 +199,158 @@ def record_accepted(
         session.execute(update(Message).where(*fenced(claim)).values(**values))
     apply_parked(session, claim.identity_id, provider_message_id, now)
     return transition
+
+
+_attempts = cast(Table, Attempt.__table__)
+_messages = cast(Table, Message.__table__)
+_events = cast(Table, MessageEvent.__table__)
+_statuses = cast(Table, WebhookStatus.__table__)
+_ACCEPT: dict[bool, Any] = {}
+
+
+def _accept_statement(had_unknown: bool) -> Any:
+    """PostgreSQL: the attempt's answer, the move `sending -> sent` with its values and its
+    event, in one statement of data-modifying CTEs, built once per shape with bound
+    parameters; it returns whether the move applied and whether statuses are parked for
+    the id. It is exactly what `record_accepted`'s usual case writes, fenced the same way:
+    on anything unusual (a webhook got further, another id, a lost lease) it moves nothing
+    and the caller takes the general path."""
+    statement = _ACCEPT.get(had_unknown)
+    if statement is not None:
+        return statement
+    # One parameter object per name, typed like its column (`now` goes through the UTC type).
+    now = bindparam("p_now", type_=_messages.c.sent_at.type)
+    pmid = bindparam("p_pmid", type_=_messages.c.provider_message_id.type)
+    mid = bindparam("p_id", type_=_messages.c.id.type)
+    cycle = bindparam("p_cycle", type_=_messages.c.cycle.type)
+    attempt = bindparam("p_attempt", type_=_messages.c.attempt.type)
+    mine = [_messages.c.id == mid, _messages.c.cycle == cycle, _messages.c.attempt == attempt]
+    finished = (
+        update(_attempts)
+        .where(
+            _attempts.c.message_id == mid,
+            _attempts.c.cycle == cycle,
+            _attempts.c.number == attempt,
+        )
+        .values(
+            finished_at=now,
+            outcome="accepted",
+            http_status=bindparam("p_http_status", type_=_attempts.c.http_status.type),
+            provider_message_id=pmid,
+            error=bindparam("p_error", type_=_attempts.c.error.type),
+            response_body=bindparam("p_response_body", type_=_attempts.c.response_body.type),
+        )
+        .returning(_attempts.c.id)
+        .cte("finished")
+    )
+    values: dict[str, Any] = {
+        "status": Status.SENT.value,
+        "sent_at": func.coalesce(_messages.c.sent_at, now),
+        "provider_message_id": pmid,
+        "lease_until": None,
+        "unknown_attempts": bindparam("p_unknown_attempts"),
+        "failure_class": None,
+    }
+    if had_unknown:
+        values["had_unknown_outcome"] = True
+    moved = (
+        update(_messages)
+        .where(
+            *mine,
+            _messages.c.status == Status.SENDING.value,
+            or_(
+                _messages.c.provider_message_id.is_(None),
+                _messages.c.provider_message_id == pmid,
+            ),
+        )
+        .values(values)
+        .returning(_messages.c.id, _messages.c.cycle)
+        .cte("moved")
+    )
+    logged = (
+        insert(_events)
+        .from_select(
+            [
+                "message_id",
+                "cycle",
+                "source",
+                "kind",
+                "from_status",
+                "to_status",
+                "applied",
+                "received_at",
+                "detail",
+            ],
+            select(
+                moved.c.id,
+                moved.c.cycle,
+                literal(Source.WORKER.value),
+                literal("accepted"),
+                literal(Status.SENDING.value),
+                literal(Status.SENT.value),
+                literal(True),
+                now,
+                bindparam("p_detail", type_=_events.c.detail.type),
+            ),
+        )
+        .returning(_events.c.id)
+        .cte("logged")
+    )
+    parked = exists().where(
+        _statuses.c.identity_id == bindparam("p_identity_id"),
+        _statuses.c.provider_message_id == pmid,
+        _statuses.c.applied_at.is_(None),
+    )
+    statement = (
+        select(
+            select(func.count()).select_from(moved).scalar_subquery().label("moved"),
+            parked.label("parked"),
+        )
+        .add_cte(finished)
+        .add_cte(logged)
+    )
+    _ACCEPT[had_unknown] = statement
+    return statement
+
+
+def accept_at_once(
+    session: Session,
+    claim: Claim,
+    provider_message_id: str,
+    now: datetime,
+    *,
+    http_status: int | None,
+    response_body: str | None,
+    unknown_attempts: int,
+    had_unknown: bool,
+) -> Transition | None:
+    """The usual acceptance in one statement on PostgreSQL (see `_accept_statement`);
+    None when it did not apply (or on SQLite): then `finish_attempt` and
+    `record_accepted` record it, as they always did."""
+    bind = session.get_bind()
+    if bind.dialect.name != "postgresql":
+        return None
+    row = session.execute(
+        _accept_statement(had_unknown),
+        {
+            "p_id": claim.message_id,
+            "p_cycle": claim.cycle,
+            "p_attempt": claim.attempt,
+            "p_identity_id": claim.identity_id,
+            "p_now": now,
+            "p_pmid": provider_message_id,
+            "p_http_status": http_status,
+            "p_response_body": response_body,
+            "p_error": None,
+            "p_unknown_attempts": unknown_attempts,
+            "p_detail": {"provider_message_id": provider_message_id},
+        },
+    ).one()
+    if row.moved != 1:
+        return None
+    if row.parked:
+        apply_parked(session, claim.identity_id, provider_message_id, now)
+    return Transition(True, Status.SENDING, Status.SENT)
 
 
 def record_late_acceptance(
