@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import event, select
+from sqlalchemy.orm import Session
 
 from app.config import Config
 from app.db import Database
@@ -44,6 +45,20 @@ def claimed(db: Database, world: World, recipient: str) -> Claim:
 
 def accepted(wamid: str) -> SendResult:
     return SendResult(provider_message_id=wamid, http_status=200, response_body='{"ok":1}')
+
+
+def accept_plainly(session: Session, claim: Claim, wamid: str, now: datetime) -> Any:
+    """`accept_at_once` for a first attempt with no earlier unknown outcome."""
+    return accept_at_once(
+        session,
+        claim,
+        wamid,
+        now,
+        http_status=200,
+        response_body=None,
+        unknown_attempts=0,
+        had_unknown=False,
+    )
 
 
 @contextmanager
@@ -196,19 +211,7 @@ def test_a_message_a_webhook_moved_first_is_left_to_the_general_path(db: Databas
         moved = apply_status(session, claim.message_id, Status.FAILED, Source.WEBHOOK, T1)
         assert moved.applied
     with db.transaction() as session:
-        assert (
-            accept_at_once(
-                session,
-                claim,
-                "wamid.W",
-                T1,
-                http_status=200,
-                response_body=None,
-                unknown_attempts=0,
-                had_unknown=False,
-            )
-            is None
-        )
+        assert accept_plainly(session, claim, "wamid.W", T1) is None
         message = get_message(session, claim.message_id)
         assert message is not None
         assert (message.status, message.provider_message_id) == ("failed", None)
@@ -232,19 +235,7 @@ def test_an_answer_for_a_lease_taken_over_moves_nothing_in_one_statement(db: Dat
     with db.transaction() as session:
         again = claim_message(session, claim.message_id, later, LEASE)
         assert again is not None and again.attempt == claim.attempt + 1
-        assert (
-            accept_at_once(
-                session,
-                claim,
-                "wamid.L",
-                later,
-                http_status=200,
-                response_body=None,
-                unknown_attempts=0,
-                had_unknown=False,
-            )
-            is None
-        )
+        assert accept_plainly(session, claim, "wamid.L", later) is None
         message = get_message(session, claim.message_id)
         assert message is not None
         assert (message.status, message.attempt, message.lease_until) == (
