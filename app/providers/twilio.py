@@ -37,6 +37,7 @@ from .base import (
     WebhookFormatError,
 )
 from .http import HttpAnswer, TransportError, parse_retry_after, post_form
+from .parsing import header, int_or_none, json_or_none, str_or_none
 
 NAME = "twilio"
 API_VERSION = "2010-04-01"
@@ -80,7 +81,7 @@ class TwilioProvider:
         return self._read_answer(answer)
 
     def _read_answer(self, answer: HttpAnswer) -> SendResult:
-        document = _json_or_none(answer.text)
+        document = json_or_none(answer.text)
         if 200 <= answer.status < 300:
             sid = document.get("sid") if isinstance(document, dict) else None
             if isinstance(sid, str) and sid and not answer.truncated:
@@ -120,7 +121,7 @@ class TwilioProvider:
         without the URL it was requested at nothing verifies."""
         if url is None:
             return False
-        signature = _header(headers, SIGNATURE_HEADER)
+        signature = header(headers, SIGNATURE_HEADER)
         return verify_request(url, parse_form(raw_body), signature, secret)
 
     def parse_webhook(self, payload: dict[str, Any], now: datetime | None = None) -> WebhookBatch:
@@ -200,9 +201,9 @@ def parse_error(http_status: int | None, text: str, document: Any) -> ProviderEr
     return ProviderError(
         provider=NAME,
         http_status=http_status,
-        code=_int(document.get("code")),
-        message=_str(document.get("message")),
-        details=_str(document.get("more_info")),
+        code=int_or_none(document.get("code")),
+        message=str_or_none(document.get("message")),
+        details=str_or_none(document.get("more_info")),
         raw=text,
     )
 
@@ -266,9 +267,9 @@ def parse_callback(
 ) -> StatusUpdate:
     """One status callback -> the status object the WhatsApp path produces too; the
     correlation id comes from the signed callback URL's query string."""
-    sid = _str(fields.get("MessageSid")) or _str(fields.get("SmsSid"))
-    status = _str(fields.get("MessageStatus")) or _str(fields.get("SmsStatus"))
-    account = _str(fields.get("AccountSid"))
+    sid = str_or_none(fields.get("MessageSid")) or str_or_none(fields.get("SmsSid"))
+    status = str_or_none(fields.get("MessageStatus")) or str_or_none(fields.get("SmsStatus"))
+    account = str_or_none(fields.get("AccountSid"))
     if not sid:
         raise WebhookFormatError("MessageSid missing")
     if not status:
@@ -276,18 +277,18 @@ def parse_callback(
     if not account:
         raise WebhookFormatError("AccountSid missing")
     errors = []
-    code = _str(fields.get("ErrorCode"))
+    code = str_or_none(fields.get("ErrorCode"))
     if code:
         errors.append(
             ProviderError(
                 provider=NAME,
-                code=_int(code),
-                message=_str(fields.get("ErrorMessage"))
-                or _str(fields.get("ChannelStatusMessage")),
+                code=int_or_none(code),
+                message=str_or_none(fields.get("ErrorMessage"))
+                or str_or_none(fields.get("ChannelStatusMessage")),
                 raw=json.dumps(dict(fields), ensure_ascii=False, separators=(",", ":")),
             )
         )
-    to = _str(fields.get("To"))
+    to = str_or_none(fields.get("To"))
     return StatusUpdate(
         routing_id=account,
         provider_message_id=sid,
@@ -298,35 +299,3 @@ def parse_callback(
         errors=errors,
         raw=dict(fields),
     )
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    direct = headers.get(name)
-    if direct is not None:
-        return direct
-    for key, value in headers.items():
-        if key.lower() == name:
-            return value
-    return None
-
-
-def _str(value: Any) -> str | None:
-    if value is None or isinstance(value, (dict, list)):
-        return None
-    return str(value)
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
-def _json_or_none(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
