@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from . import classification
+from . import answers, classification
 from .base import (
     Credentials,
     FailureClass,
@@ -31,7 +31,7 @@ from .base import (
     WebhookBatch,
     WebhookFormatError,
 )
-from .http import HttpAnswer, TransportError, parse_retry_after, post_json
+from .http import HttpAnswer, TransportError, post_json
 from .parsing import (
     header,
     int_or_none,
@@ -84,10 +84,7 @@ class MetaMessagingProvider:
         try:
             answer = post_json(url, body, headers, deadline)
         except TransportError as exc:
-            error = ProviderError(provider=self.name, title=type(exc).__name__, raw=exc.description)
-            return SendResult(
-                failure=FailureClass.UNKNOWN, error=error, outcome_known=not exc.request_sent
-            )
+            return answers.no_answer(self.name, exc)
         return self._read_answer(answer)
 
     def _read_answer(self, answer: HttpAnswer) -> SendResult:
@@ -95,21 +92,10 @@ class MetaMessagingProvider:
         if 200 <= answer.status < 300:
             message_id = _message_id(document)
             if message_id is not None and not answer.truncated:
-                return SendResult(
-                    provider_message_id=message_id,
-                    http_status=answer.status,
-                    response_body=answer.text,
-                )
+                return answers.accepted(answer, message_id)
         error = parse_error(self.name, answer.status, answer.text, document)
         failure = classification.classify(self.name, answer.status, error.code, error.subcode)
-        return SendResult(
-            failure=failure,
-            error=error,
-            retry_after=parse_retry_after(answer.headers.get("retry-after")),
-            http_status=answer.status,
-            response_body=answer.text,
-            outcome_known=failure is not FailureClass.UNKNOWN,
-        )
+        return answers.refused(answer, error, failure)
 
     def classify(self, http_status: int | None, code: int | None) -> FailureClass:
         return classification.classify(self.name, http_status, code)

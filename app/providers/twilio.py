@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from . import classification
+from . import answers, classification
 from .base import (
     Credentials,
     FailureClass,
@@ -36,7 +36,7 @@ from .base import (
     WebhookBatch,
     WebhookFormatError,
 )
-from .http import HttpAnswer, TransportError, parse_retry_after, post_form
+from .http import HttpAnswer, TransportError, post_form
 from .parsing import header, int_or_none, json_or_none, str_or_none
 
 NAME = "twilio"
@@ -74,10 +74,7 @@ class TwilioProvider:
         try:
             answer = post_form(url, form, headers, deadline)
         except TransportError as exc:
-            error = ProviderError(provider=NAME, title=type(exc).__name__, raw=exc.description)
-            return SendResult(
-                failure=FailureClass.UNKNOWN, error=error, outcome_known=not exc.request_sent
-            )
+            return answers.no_answer(NAME, exc)
         return self._read_answer(answer)
 
     def _read_answer(self, answer: HttpAnswer) -> SendResult:
@@ -87,19 +84,9 @@ class TwilioProvider:
             if isinstance(sid, str) and sid and not answer.truncated:
                 # A sid is Twilio's acceptance: our `sent`. The `queued`/`accepted` it
                 # reports are its internal steps, and it never calls back for them.
-                return SendResult(
-                    provider_message_id=sid, http_status=answer.status, response_body=answer.text
-                )
+                return answers.accepted(answer, sid)
         error = parse_error(answer.status, answer.text, document)
-        failure = self.classify(answer.status, error.code)
-        return SendResult(
-            failure=failure,
-            error=error,
-            retry_after=parse_retry_after(answer.headers.get("retry-after")),
-            http_status=answer.status,
-            response_body=answer.text,
-            outcome_known=failure is not FailureClass.UNKNOWN,
-        )
+        return answers.refused(answer, error, self.classify(answer.status, error.code))
 
     def classify(self, http_status: int | None, code: int | None) -> FailureClass:
         return classification.classify(NAME, http_status, code)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from . import classification
+from . import answers, classification
 from .base import (
     Credentials,
     FailureClass,
@@ -28,7 +28,7 @@ from .base import (
     WebhookBatch,
     WebhookFormatError,
 )
-from .http import HttpAnswer, TransportError, parse_retry_after, post_json
+from .http import HttpAnswer, TransportError, post_json
 from .parsing import (
     header,
     int_or_none,
@@ -67,39 +67,17 @@ class WhatsAppProvider:
         try:
             answer = post_json(url, build_body(message), headers, deadline)
         except TransportError as exc:
-            return self._no_answer(exc)
+            return answers.no_answer(NAME, exc)
         return self._read_answer(answer)
-
-    def _no_answer(self, exc: TransportError) -> SendResult:
-        error = ProviderError(provider=NAME, title=type(exc).__name__, raw=exc.description)
-        # No answer: the class is `unknown` either way; the outcome is known only when the
-        # request provably never left (see ConnectFailedError).
-        return SendResult(
-            failure=FailureClass.UNKNOWN, error=error, outcome_known=not exc.request_sent
-        )
 
     def _read_answer(self, answer: HttpAnswer) -> SendResult:
         document = json_or_none(answer.text)
         if 200 <= answer.status < 300:
             message_id = _message_id(document)
             if message_id is not None and not answer.truncated:
-                return SendResult(
-                    provider_message_id=message_id,
-                    http_status=answer.status,
-                    response_body=answer.text,
-                )
+                return answers.accepted(answer, message_id)
         error = parse_error(answer.status, answer.text, document)
-        failure = self.classify(answer.status, error.code)
-        return SendResult(
-            failure=failure,
-            error=error,
-            retry_after=parse_retry_after(answer.headers.get("retry-after")),
-            http_status=answer.status,
-            response_body=answer.text,
-            # An answer that rejects the message is a known outcome; `unknown` means the
-            # provider may still hold it (a 5xx, "something went wrong", a 2xx without id).
-            outcome_known=failure is not FailureClass.UNKNOWN,
-        )
+        return answers.refused(answer, error, self.classify(answer.status, error.code))
 
     def classify(self, http_status: int | None, code: int | None) -> FailureClass:
         return classification.classify(NAME, http_status, code)
