@@ -6,8 +6,6 @@ Facts from the Cloud API's public documentation. Translates and talks HTTP (thro
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import re
 import time
@@ -15,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from . import answers, classification
+from . import answers, classification, hub_signature
 from .base import (
     Credentials,
     FailureClass,
@@ -30,7 +28,6 @@ from .base import (
 )
 from .http import HttpAnswer, TransportError, post_json
 from .parsing import (
-    header,
     int_or_none,
     json_or_none,
     list_at,
@@ -41,8 +38,6 @@ from .parsing import (
 
 NAME = "whatsapp"
 OBJECT = "whatsapp_business_account"
-SIGNATURE_HEADER = "x-hub-signature-256"
-SIGNATURE_PREFIX = "sha256="
 MAX_CALLBACK_DATA = 512  # biz_opaque_callback_data
 
 # Titles are embedded in the message as "(#130429) Rate limit hit" (Meta's error-codes reference).
@@ -93,17 +88,7 @@ class WhatsAppProvider:
         return list(found)
 
     def verify_signature(self, raw_body: bytes, headers: Mapping[str, str], secret: str) -> bool:
-        if not secret:
-            return False
-        received = header(headers, SIGNATURE_HEADER)
-        if received is None or not received.startswith(SIGNATURE_PREFIX):
-            return False
-        # The secret as UTF-8, as Meta keys the HMAC; it may hold non-ASCII characters.
-        expected = hmac.new(secret.encode("utf-8"), raw_body, hashlib.sha256).hexdigest()
-        # Bytes on both sides: compare_digest refuses non-ASCII str, and a forged header
-        # may hold anything.
-        given = received[len(SIGNATURE_PREFIX) :].strip().lower().encode("utf-8", "replace")
-        return hmac.compare_digest(expected.encode("ascii"), given)
+        return hub_signature.verify(raw_body, headers, secret)
 
     def parse_webhook(self, payload: dict[str, Any]) -> WebhookBatch:
         batch = WebhookBatch()
