@@ -10,16 +10,13 @@ knows nothing of the database or the queue.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import re
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from . import classification
+from . import answers, classification, hub_signature
 from .base import (
     Credentials,
     FailureClass,
@@ -32,10 +29,16 @@ from .base import (
     WebhookBatch,
     WebhookFormatError,
 )
-from .http import HttpAnswer, TransportError, parse_retry_after, post_json
+from .http import HttpAnswer, TransportError, post_json
+from .parsing import (
+    int_or_none,
+    json_or_none,
+    list_at,
+    object_at,
+    required_str,
+    str_or_none,
+)
 
-SIGNATURE_HEADER = "x-hub-signature-256"
-SIGNATURE_PREFIX = "sha256="
 # The tags this issue supports: a human agent's reply up to 7 days after the customer's
 # last message (Messenger and Instagram alike).
 TAGS = frozenset({"HUMAN_AGENT"})
@@ -76,32 +79,18 @@ class MetaMessagingProvider:
         try:
             answer = post_json(url, body, headers, deadline)
         except TransportError as exc:
-            error = ProviderError(provider=self.name, title=type(exc).__name__, raw=exc.description)
-            return SendResult(
-                failure=FailureClass.UNKNOWN, error=error, outcome_known=not exc.request_sent
-            )
+            return answers.no_answer(self.name, exc)
         return self._read_answer(answer)
 
     def _read_answer(self, answer: HttpAnswer) -> SendResult:
-        document = _json_or_none(answer.text)
+        document = json_or_none(answer.text)
         if 200 <= answer.status < 300:
             message_id = _message_id(document)
             if message_id is not None and not answer.truncated:
-                return SendResult(
-                    provider_message_id=message_id,
-                    http_status=answer.status,
-                    response_body=answer.text,
-                )
+                return answers.accepted(answer, message_id)
         error = parse_error(self.name, answer.status, answer.text, document)
         failure = classification.classify(self.name, answer.status, error.code, error.subcode)
-        return SendResult(
-            failure=failure,
-            error=error,
-            retry_after=parse_retry_after(answer.headers.get("retry-after")),
-            http_status=answer.status,
-            response_body=answer.text,
-            outcome_known=failure is not FailureClass.UNKNOWN,
-        )
+        return answers.refused(answer, error, failure)
 
     def classify(self, http_status: int | None, code: int | None) -> FailureClass:
         return classification.classify(self.name, http_status, code)
@@ -111,21 +100,12 @@ class MetaMessagingProvider:
     def routing_ids(self, payload: dict[str, Any]) -> list[str]:
         found: dict[str, None] = {}
         for e, entry in enumerate(self._entries(payload)):
-            found.setdefault(_required_str(entry, "id", f"entry[{e}]"))
+            found.setdefault(required_str(entry, "id", f"entry[{e}]"))
         return list(found)
 
     def verify_signature(self, raw_body: bytes, headers: Mapping[str, str], secret: str) -> bool:
-        """`X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body, app secret>`,
-        as for WhatsApp (Meta's webhooks docs; for Messenger marked unverified in
-        PROVIDERS.md section 2). The legacy SHA-1 header alone is not accepted."""
-        if not secret:
-            return False
-        received = _header(headers, SIGNATURE_HEADER)
-        if received is None or not received.startswith(SIGNATURE_PREFIX):
-            return False
-        expected = hmac.new(secret.encode("utf-8"), raw_body, hashlib.sha256).hexdigest()
-        given = received[len(SIGNATURE_PREFIX) :].strip().lower().encode("utf-8", "replace")
-        return hmac.compare_digest(expected.encode("ascii"), given)
+        """As for WhatsApp (for Messenger marked unverified in PROVIDERS.md section 2)."""
+        return hub_signature.verify(raw_body, headers, secret)
 
     def parse_webhook(self, payload: dict[str, Any]) -> WebhookBatch:
         """Every event of every entry: deliveries and reads (by mid, or as a watermark),
@@ -133,9 +113,9 @@ class MetaMessagingProvider:
         batch = WebhookBatch()
         for e, entry in enumerate(self._entries(payload)):
             path = f"entry[{e}]"
-            routing_id = _required_str(entry, "id", path)
-            for i, event in enumerate(_list(entry, "messaging", path)):
-                self._event(batch, routing_id, _object(event, f"{path}.messaging[{i}]"), path, i)
+            routing_id = required_str(entry, "id", path)
+            for i, event in enumerate(list_at(entry, "messaging", path)):
+                self._event(batch, routing_id, object_at(event, f"{path}.messaging[{i}]"), path, i)
         return batch
 
     def _event(
@@ -150,11 +130,11 @@ class MetaMessagingProvider:
             batch.statuses.append(
                 StatusUpdate(
                     routing_id=routing_id,
-                    provider_message_id=_required_str(message, "mid", f"{where}.message"),
+                    provider_message_id=required_str(message, "mid", f"{where}.message"),
                     status="sent",
                     provider_time=_ms_time(event.get("timestamp"), f"{where}.timestamp"),
                     recipient=_party(event, "recipient", where),
-                    correlation_id=_str(message.get("metadata")),
+                    correlation_id=str_or_none(message.get("metadata")),
                     raw=event,
                 )
             )
@@ -166,20 +146,20 @@ class MetaMessagingProvider:
             return
         customer = _party(event, "sender", where)
         if "delivery" in event:
-            delivery = _object(event["delivery"], f"{where}.delivery")
+            delivery = object_at(event["delivery"], f"{where}.delivery")
             self._receipt(batch, routing_id, customer, "delivered", delivery, event, where)
         elif "read" in event:
             # Messenger's message_reads: `read.watermark`; Instagram's messaging_seen:
             # `read.mid` (the shape PROVIDERS.md marks unverified; a watermark is taken too).
-            read = _object(event["read"], f"{where}.read")
+            read = object_at(event["read"], f"{where}.read")
             self._receipt(batch, routing_id, customer, "read", read, event, where)
         elif "message" in event:
-            message = _object(message, f"{where}.message")
+            message = object_at(message, f"{where}.message")
             batch.inbound.append(
                 InboundMessage(
                     routing_id=routing_id,
                     sender=customer,
-                    provider_message_id=_required_str(message, "mid", f"{where}.message"),
+                    provider_message_id=required_str(message, "mid", f"{where}.message"),
                     provider_time=_ms_time(event.get("timestamp"), f"{where}.timestamp"),
                     raw=event,
                 )
@@ -195,7 +175,7 @@ class MetaMessagingProvider:
         event: dict[str, Any],
         where: str,
     ) -> None:
-        mids = _list(receipt, "mids", where)
+        mids = list_at(receipt, "mids", where)
         single = receipt.get("mid")
         if single is not None:
             mids = [*mids, single]
@@ -240,7 +220,7 @@ class MetaMessagingProvider:
         entries = payload.get("entry")
         if not isinstance(entries, list):
             raise WebhookFormatError(f"not a {self.name} webhook: 'entry' is not a list")
-        return [_object(entry, f"entry[{e}]") for e, entry in enumerate(entries)]
+        return [object_at(entry, f"entry[{e}]") for e, entry in enumerate(entries)]
 
 
 def build_body(message: OutboundMessage) -> dict[str, Any]:
@@ -274,22 +254,26 @@ def parse_error(provider: str, http_status: int | None, text: str, document: Any
     error = document.get("error") if isinstance(document, dict) else None
     if not isinstance(error, dict):
         return ProviderError(provider=provider, http_status=http_status, raw=text)
-    message = _str(error.get("message"))
-    title = _str(error.get("error_user_title"))
+    message = str_or_none(error.get("message"))
+    title = str_or_none(error.get("error_user_title"))
     if title is None and message is not None:
         match = _TITLE_IN_MESSAGE.match(message)
         title = match.group(1).strip() if match else None
     error_data = error.get("error_data")
-    details = _str(error_data.get("details")) if isinstance(error_data, dict) else _str(error_data)
+    details = (
+        str_or_none(error_data.get("details"))
+        if isinstance(error_data, dict)
+        else str_or_none(error_data)
+    )
     return ProviderError(
         provider=provider,
         http_status=http_status,
-        code=_int(error.get("code")),
-        subcode=_int(error.get("error_subcode")),
+        code=int_or_none(error.get("code")),
+        subcode=int_or_none(error.get("error_subcode")),
         title=title,
         message=message,
         details=details,
-        trace_id=_str(error.get("fbtrace_id")),
+        trace_id=str_or_none(error.get("fbtrace_id")),
         raw=text,
     )
 
@@ -303,8 +287,8 @@ def _message_id(document: Any) -> str | None:
 
 
 def _party(event: Mapping[str, Any], key: str, where: str) -> str:
-    party = _object(event.get(key), f"{where}.{key}")
-    return _required_str(party, "id", f"{where}.{key}")
+    party = object_at(event.get(key), f"{where}.{key}")
+    return required_str(party, "id", f"{where}.{key}")
 
 
 def _ms(value: Any, path: str) -> int:
@@ -322,57 +306,3 @@ def _ms(value: Any, path: str) -> int:
 def _ms_time(value: Any, path: str) -> datetime:
     """Meta's Messenger timestamps and watermarks: milliseconds since the epoch."""
     return datetime.fromtimestamp(_ms(value, path) / 1000, UTC)
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    direct = headers.get(name)
-    if direct is not None:
-        return direct
-    for key, value in headers.items():
-        if key.lower() == name:
-            return value
-    return None
-
-
-def _object(value: Any, path: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise WebhookFormatError(f"{path} is not an object")
-    return value
-
-
-def _list(container: Mapping[str, Any], key: str, path: str) -> list[Any]:
-    value = container.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise WebhookFormatError(f"{path}.{key} is not a list")
-    return value
-
-
-def _required_str(raw: Mapping[str, Any], key: str, path: str) -> str:
-    value = raw.get(key)
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
-        raise WebhookFormatError(f"{path}.{key} missing")
-    return str(value)
-
-
-def _str(value: Any) -> str | None:
-    if value is None or isinstance(value, (dict, list)):
-        return None
-    return str(value)
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
-def _json_or_none(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None

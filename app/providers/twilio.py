@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from . import classification
+from . import answers, classification
 from .base import (
     Credentials,
     FailureClass,
@@ -36,7 +36,8 @@ from .base import (
     WebhookBatch,
     WebhookFormatError,
 )
-from .http import HttpAnswer, TransportError, parse_retry_after, post_form
+from .http import HttpAnswer, TransportError, post_form
+from .parsing import header, int_or_none, json_or_none, str_or_none
 
 NAME = "twilio"
 API_VERSION = "2010-04-01"
@@ -73,32 +74,19 @@ class TwilioProvider:
         try:
             answer = post_form(url, form, headers, deadline)
         except TransportError as exc:
-            error = ProviderError(provider=NAME, title=type(exc).__name__, raw=exc.description)
-            return SendResult(
-                failure=FailureClass.UNKNOWN, error=error, outcome_known=not exc.request_sent
-            )
+            return answers.no_answer(NAME, exc)
         return self._read_answer(answer)
 
     def _read_answer(self, answer: HttpAnswer) -> SendResult:
-        document = _json_or_none(answer.text)
+        document = json_or_none(answer.text)
         if 200 <= answer.status < 300:
             sid = document.get("sid") if isinstance(document, dict) else None
             if isinstance(sid, str) and sid and not answer.truncated:
                 # A sid is Twilio's acceptance: our `sent`. The `queued`/`accepted` it
                 # reports are its internal steps, and it never calls back for them.
-                return SendResult(
-                    provider_message_id=sid, http_status=answer.status, response_body=answer.text
-                )
+                return answers.accepted(answer, sid)
         error = parse_error(answer.status, answer.text, document)
-        failure = self.classify(answer.status, error.code)
-        return SendResult(
-            failure=failure,
-            error=error,
-            retry_after=parse_retry_after(answer.headers.get("retry-after")),
-            http_status=answer.status,
-            response_body=answer.text,
-            outcome_known=failure is not FailureClass.UNKNOWN,
-        )
+        return answers.refused(answer, error, self.classify(answer.status, error.code))
 
     def classify(self, http_status: int | None, code: int | None) -> FailureClass:
         return classification.classify(NAME, http_status, code)
@@ -120,7 +108,7 @@ class TwilioProvider:
         without the URL it was requested at nothing verifies."""
         if url is None:
             return False
-        signature = _header(headers, SIGNATURE_HEADER)
+        signature = header(headers, SIGNATURE_HEADER)
         return verify_request(url, parse_form(raw_body), signature, secret)
 
     def parse_webhook(self, payload: dict[str, Any], now: datetime | None = None) -> WebhookBatch:
@@ -200,9 +188,9 @@ def parse_error(http_status: int | None, text: str, document: Any) -> ProviderEr
     return ProviderError(
         provider=NAME,
         http_status=http_status,
-        code=_int(document.get("code")),
-        message=_str(document.get("message")),
-        details=_str(document.get("more_info")),
+        code=int_or_none(document.get("code")),
+        message=str_or_none(document.get("message")),
+        details=str_or_none(document.get("more_info")),
         raw=text,
     )
 
@@ -266,9 +254,9 @@ def parse_callback(
 ) -> StatusUpdate:
     """One status callback -> the status object the WhatsApp path produces too; the
     correlation id comes from the signed callback URL's query string."""
-    sid = _str(fields.get("MessageSid")) or _str(fields.get("SmsSid"))
-    status = _str(fields.get("MessageStatus")) or _str(fields.get("SmsStatus"))
-    account = _str(fields.get("AccountSid"))
+    sid = str_or_none(fields.get("MessageSid")) or str_or_none(fields.get("SmsSid"))
+    status = str_or_none(fields.get("MessageStatus")) or str_or_none(fields.get("SmsStatus"))
+    account = str_or_none(fields.get("AccountSid"))
     if not sid:
         raise WebhookFormatError("MessageSid missing")
     if not status:
@@ -276,18 +264,18 @@ def parse_callback(
     if not account:
         raise WebhookFormatError("AccountSid missing")
     errors = []
-    code = _str(fields.get("ErrorCode"))
+    code = str_or_none(fields.get("ErrorCode"))
     if code:
         errors.append(
             ProviderError(
                 provider=NAME,
-                code=_int(code),
-                message=_str(fields.get("ErrorMessage"))
-                or _str(fields.get("ChannelStatusMessage")),
+                code=int_or_none(code),
+                message=str_or_none(fields.get("ErrorMessage"))
+                or str_or_none(fields.get("ChannelStatusMessage")),
                 raw=json.dumps(dict(fields), ensure_ascii=False, separators=(",", ":")),
             )
         )
-    to = _str(fields.get("To"))
+    to = str_or_none(fields.get("To"))
     return StatusUpdate(
         routing_id=account,
         provider_message_id=sid,
@@ -298,35 +286,3 @@ def parse_callback(
         errors=errors,
         raw=dict(fields),
     )
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    direct = headers.get(name)
-    if direct is not None:
-        return direct
-    for key, value in headers.items():
-        if key.lower() == name:
-            return value
-    return None
-
-
-def _str(value: Any) -> str | None:
-    if value is None or isinstance(value, (dict, list)):
-        return None
-    return str(value)
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
-def _json_or_none(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None

@@ -6,8 +6,6 @@ Facts from the Cloud API's public documentation. Translates and talks HTTP (thro
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import re
 import time
@@ -15,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from . import classification
+from . import answers, classification, hub_signature
 from .base import (
     Credentials,
     FailureClass,
@@ -28,12 +26,18 @@ from .base import (
     WebhookBatch,
     WebhookFormatError,
 )
-from .http import HttpAnswer, TransportError, parse_retry_after, post_json
+from .http import HttpAnswer, TransportError, post_json
+from .parsing import (
+    int_or_none,
+    json_or_none,
+    list_at,
+    object_at,
+    required_str,
+    str_or_none,
+)
 
 NAME = "whatsapp"
 OBJECT = "whatsapp_business_account"
-SIGNATURE_HEADER = "x-hub-signature-256"
-SIGNATURE_PREFIX = "sha256="
 MAX_CALLBACK_DATA = 512  # biz_opaque_callback_data
 
 # Titles are embedded in the message as "(#130429) Rate limit hit" (Meta's error-codes reference).
@@ -58,39 +62,17 @@ class WhatsAppProvider:
         try:
             answer = post_json(url, build_body(message), headers, deadline)
         except TransportError as exc:
-            return self._no_answer(exc)
+            return answers.no_answer(NAME, exc)
         return self._read_answer(answer)
 
-    def _no_answer(self, exc: TransportError) -> SendResult:
-        error = ProviderError(provider=NAME, title=type(exc).__name__, raw=exc.description)
-        # No answer: the class is `unknown` either way; the outcome is known only when the
-        # request provably never left (see ConnectFailedError).
-        return SendResult(
-            failure=FailureClass.UNKNOWN, error=error, outcome_known=not exc.request_sent
-        )
-
     def _read_answer(self, answer: HttpAnswer) -> SendResult:
-        document = _json_or_none(answer.text)
+        document = json_or_none(answer.text)
         if 200 <= answer.status < 300:
             message_id = _message_id(document)
             if message_id is not None and not answer.truncated:
-                return SendResult(
-                    provider_message_id=message_id,
-                    http_status=answer.status,
-                    response_body=answer.text,
-                )
+                return answers.accepted(answer, message_id)
         error = parse_error(answer.status, answer.text, document)
-        failure = self.classify(answer.status, error.code)
-        return SendResult(
-            failure=failure,
-            error=error,
-            retry_after=parse_retry_after(answer.headers.get("retry-after")),
-            http_status=answer.status,
-            response_body=answer.text,
-            # An answer that rejects the message is a known outcome; `unknown` means the
-            # provider may still hold it (a 5xx, "something went wrong", a 2xx without id).
-            outcome_known=failure is not FailureClass.UNKNOWN,
-        )
+        return answers.refused(answer, error, self.classify(answer.status, error.code))
 
     def classify(self, http_status: int | None, code: int | None) -> FailureClass:
         return classification.classify(NAME, http_status, code)
@@ -106,29 +88,19 @@ class WhatsAppProvider:
         return list(found)
 
     def verify_signature(self, raw_body: bytes, headers: Mapping[str, str], secret: str) -> bool:
-        if not secret:
-            return False
-        received = _header(headers, SIGNATURE_HEADER)
-        if received is None or not received.startswith(SIGNATURE_PREFIX):
-            return False
-        # The secret as UTF-8, as Meta keys the HMAC; it may hold non-ASCII characters.
-        expected = hmac.new(secret.encode("utf-8"), raw_body, hashlib.sha256).hexdigest()
-        # Bytes on both sides: compare_digest refuses non-ASCII str, and a forged header
-        # may hold anything.
-        given = received[len(SIGNATURE_PREFIX) :].strip().lower().encode("utf-8", "replace")
-        return hmac.compare_digest(expected.encode("ascii"), given)
+        return hub_signature.verify(raw_body, headers, secret)
 
     def parse_webhook(self, payload: dict[str, Any]) -> WebhookBatch:
         batch = WebhookBatch()
         for path, field, value in _changes(payload):
             routing_id = _routing_id(value)
-            for i, error in enumerate(_list(value, "errors", path)):
-                raw = _object(error, f"{path}.errors[{i}]")
+            for i, error in enumerate(list_at(value, "errors", path)):
+                raw = object_at(error, f"{path}.errors[{i}]")
                 batch.errors.append(ReportedError(routing_id, _webhook_error(raw), raw))
             if field not in (None, "messages"):
                 continue  # other subscriptions (templates, account updates) carry no statuses
-            statuses = _list(value, "statuses", path)
-            inbound = _list(value, "messages", path)
+            statuses = list_at(value, "statuses", path)
+            inbound = list_at(value, "messages", path)
             if not (statuses or inbound):
                 continue
             if routing_id is None:
@@ -185,16 +157,16 @@ def parse_error(http_status: int | None, text: str, document: Any) -> ProviderEr
 
 def _error_from(error: Mapping[str, Any], *, http_status: int | None, raw: str) -> ProviderError:
     """One Graph error object (a send's answer, or an entry of a webhook's `errors`)."""
-    message = _str(error.get("message"))
+    message = str_or_none(error.get("message"))
     return ProviderError(
         provider=NAME,
         http_status=http_status,
-        code=_int(error.get("code")),
-        subcode=_int(error.get("error_subcode")),
+        code=int_or_none(error.get("code")),
+        subcode=int_or_none(error.get("error_subcode")),
         title=_title(error, message),
         message=message,
         details=_details(error.get("error_data")),
-        trace_id=_str(error.get("fbtrace_id")),
+        trace_id=str_or_none(error.get("fbtrace_id")),
         raw=raw,
     )
 
@@ -202,7 +174,7 @@ def _error_from(error: Mapping[str, Any], *, http_status: int | None, raw: str) 
 def _title(error: Mapping[str, Any], message: str | None) -> str | None:
     for key in ("error_user_title", "title"):
         if error.get(key):
-            return _str(error[key])
+            return str_or_none(error[key])
     if message is not None:
         match = _TITLE_IN_MESSAGE.match(message)
         if match:
@@ -212,8 +184,8 @@ def _title(error: Mapping[str, Any], message: str | None) -> str | None:
 
 def _details(error_data: Any) -> str | None:
     if isinstance(error_data, dict):
-        return _str(error_data.get("details"))
-    return _str(error_data)
+        return str_or_none(error_data.get("details"))
+    return str_or_none(error_data)
 
 
 def _message_id(document: Any) -> str | None:
@@ -235,33 +207,33 @@ def _webhook_error(raw: Mapping[str, Any]) -> ProviderError:
 
 
 def _status(routing_id: str, item: Any, path: str) -> StatusUpdate:
-    raw = _object(item, path)
+    raw = object_at(item, path)
     return StatusUpdate(
         routing_id=routing_id,
-        provider_message_id=_required_str(raw, "id", path),
-        status=_required_str(raw, "status", path),
+        provider_message_id=required_str(raw, "id", path),
+        status=required_str(raw, "status", path),
         provider_time=_time(raw, path),
-        recipient=_str(raw.get("recipient_id")),
-        correlation_id=_str(raw.get("biz_opaque_callback_data")),
+        recipient=str_or_none(raw.get("recipient_id")),
+        correlation_id=str_or_none(raw.get("biz_opaque_callback_data")),
         errors=[
-            _webhook_error(_object(e, f"{path}.errors[{i}]"))
-            for i, e in enumerate(_list(raw, "errors", path))
+            _webhook_error(object_at(e, f"{path}.errors[{i}]"))
+            for i, e in enumerate(list_at(raw, "errors", path))
         ],
         raw=raw,
     )
 
 
 def _inbound(routing_id: str, item: Any, path: str) -> InboundMessage:
-    raw = _object(item, path)
+    raw = object_at(item, path)
     return InboundMessage(
         routing_id=routing_id,
-        sender=_required_str(raw, "from", path),
-        provider_message_id=_required_str(raw, "id", path),
+        sender=required_str(raw, "from", path),
+        provider_message_id=required_str(raw, "id", path),
         provider_time=_time(raw, path),
         raw=raw,
         errors=[
-            _webhook_error(_object(e, f"{path}.errors[{i}]"))
-            for i, e in enumerate(_list(raw, "errors", path))
+            _webhook_error(object_at(e, f"{path}.errors[{i}]"))
+            for i, e in enumerate(list_at(raw, "errors", path))
         ],
     )
 
@@ -275,14 +247,16 @@ def _changes(payload: Any) -> list[tuple[str, str | None, dict[str, Any]]]:
         raise WebhookFormatError("not a WhatsApp webhook: 'entry' is not a list")
     found = []
     for e, entry in enumerate(entries):
-        entry = _object(entry, f"entry[{e}]")
-        for c, change in enumerate(_list(entry, "changes", f"entry[{e}]")):
+        entry = object_at(entry, f"entry[{e}]")
+        for c, change in enumerate(list_at(entry, "changes", f"entry[{e}]")):
             path = f"entry[{e}].changes[{c}]"
-            change = _object(change, path)
+            change = object_at(change, path)
             value = change.get("value")
             if value is None:
                 continue
-            found.append((f"{path}.value", _str(change.get("field")), _object(value, path)))
+            found.append(
+                (f"{path}.value", str_or_none(change.get("field")), object_at(value, path))
+            )
     return found
 
 
@@ -290,40 +264,7 @@ def _routing_id(value: Mapping[str, Any]) -> str | None:
     metadata = value.get("metadata")
     if not isinstance(metadata, dict):
         return None
-    return _str(metadata.get("phone_number_id"))
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    # Any mapping will do (a plain dict in any case, or the framework's headers).
-    direct = headers.get(name)
-    if direct is not None:
-        return direct
-    for key, value in headers.items():
-        if key.lower() == name:
-            return value
-    return None
-
-
-def _object(value: Any, path: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise WebhookFormatError(f"{path} is not an object")
-    return value
-
-
-def _list(container: Mapping[str, Any], key: str, path: str) -> list[Any]:
-    value = container.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise WebhookFormatError(f"{path}.{key} is not a list")
-    return value
-
-
-def _required_str(raw: Mapping[str, Any], key: str, path: str) -> str:
-    value = _str(raw.get(key))
-    if not value:
-        raise WebhookFormatError(f"{path}.{key} missing")
-    return value
+    return str_or_none(metadata.get("phone_number_id"))
 
 
 def _time(raw: Mapping[str, Any], path: str) -> datetime:
@@ -333,25 +274,3 @@ def _time(raw: Mapping[str, Any], path: str) -> datetime:
         return datetime.fromtimestamp(int(str(value)), UTC)
     except (TypeError, ValueError, OverflowError, OSError) as exc:
         raise WebhookFormatError(f"{path}.timestamp is not unix seconds: {value!r}") from exc
-
-
-def _str(value: Any) -> str | None:
-    if value is None or isinstance(value, (dict, list)):
-        return None
-    return str(value)
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError, OverflowError):  # OverflowError: int(float("inf"))
-        return None
-
-
-def _json_or_none(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
