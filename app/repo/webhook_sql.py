@@ -17,7 +17,9 @@ locked first (`cur`), the status row is updated only after (its statement waits 
 state the message could be in, and its answers are written into the statement, which picks
 the one for the state it finds under the lock. Every sub-statement sees the same snapshot;
 each later one reads only what an earlier one returned (never its table), and the message
-row is updated by at most one of them, so none needs to see another's effects.
+row is updated by at most one of them, so none needs to see another's effects. The updates
+find their rows by id alone (see `_build_apply`): a row another writer changed while `cur`
+waited for its lock is then updated in its newest version, the one `cur` decided on.
 
 Anything else (several statuses, inbound messages, a status no message has the provider id
 of, SQLite) goes the general way; `app/reconcile.py` chooses.
@@ -227,18 +229,19 @@ def _build_apply(target: Status, extra: tuple[str, ...]) -> Any:
         .on_conflict_do_nothing(index_elements=["dedupe_key"])
         .returning(
             _events.c.message_id,
-            _events.c.cycle,
             _events.c.from_status,
             _events.c.applied,
             _events.c.refusal,
         )
         .cte("e")
     )
-    guard = (
-        _messages.c.id == event.c.message_id,
-        _messages.c.cycle == event.c.cycle,
-        _messages.c.status == event.c.from_status,
-    )
+    # No `status = from_status` guard here, unlike the step-by-step UPDATE: these scan the
+    # statement's snapshot, and when `cur` waited for another writer's commit, the row in
+    # that snapshot is the older one. A guard on what changed would skip the row before
+    # PostgreSQL re-checks it against the newest version (the one `cur` locked and decided
+    # on). Matching by id alone, the newest version is the one updated, and it cannot have
+    # moved since `cur` locked it.
+    guard = (_messages.c.id == event.c.message_id,)
     when = bindparam("when", type_=_messages.c[stamp].type)
     move_values: dict[str, Any] = {
         "status": _word(target.value),
