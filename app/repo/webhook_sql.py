@@ -202,7 +202,8 @@ def _build_apply(target: Status, extra: tuple[str, ...]) -> Any:
             _messages.c.identity_id == bindparam("identity_id_"),
             _messages.c.provider_message_id == bindparam("provider_message_id_"),
         )
-        .order_by(_messages.c.id)
+        # One row, as the step-by-step lookup takes its first: the scalar subqueries below
+        # read it. (No ORDER BY: that could lead the planner to walk the primary key.)
         .limit(1)
         .with_for_update()
         .cte("cur")
