@@ -19,8 +19,15 @@ Read it top-down; the steps come in the order DESIGN section 6 lists them.
 
 Every webhook view (WhatsApp, Twilio, Messenger and Instagram) verifies the
 delivery, turns its statuses into `IncomingStatus` values, and calls `record_delivery` in
-the transaction that found its identities, then `apply_recorded`. The sweeper replays
-unapplied statuses through `apply_webhook_status`.
+the transaction that found its identities, then `apply_recorded`, both on the request's one
+connection (`request_db`); if the database refuses the statuses, `keep_raw_delivery` keeps
+the raw delivery alone. The sweeper replays unapplied statuses through `apply_webhook_status`.
+
+On PostgreSQL the common case takes a shorter road with the same steps
+(`app/repo/webhook_sql.py`): one status of a known number is recorded with its raw delivery
+in one statement, and a status whose provider id names a message is applied (1a, 3, 5 and 6)
+in one more; anything else, or a status that statement finds no message for, goes step by
+step.
 
 Lock order, everywhere: the message row first, then the status row. The worker that
 records a provider id holds the message row and then applies the parked statuses; a status
