@@ -19,8 +19,15 @@ Read it top-down; the steps come in the order DESIGN section 6 lists them.
 
 Every webhook view (WhatsApp, Twilio, Messenger and Instagram) verifies the
 delivery, turns its statuses into `IncomingStatus` values, and calls `record_delivery` in
-the transaction that found its identities, then `apply_recorded`. The sweeper replays
-unapplied statuses through `apply_webhook_status`.
+the transaction that found its identities, then `apply_recorded`, both on the request's one
+connection (`request_db`); if the database refuses the statuses, `keep_raw_delivery` keeps
+the raw delivery alone. The sweeper replays unapplied statuses through `apply_webhook_status`.
+
+On PostgreSQL the common case takes a shorter road with the same steps
+(`app/repo/webhook_sql.py`): one status of a known number is recorded with its raw delivery
+in one statement, and a status whose provider id names a message is applied (1a, 3, 5 and 6)
+in one more; anything else, or a status that statement finds no message for, goes step by
+step.
 
 Lock order, everywhere: the message row first, then the status row. The worker that
 records a provider id holds the message row and then applies the parked statuses; a status
@@ -65,6 +72,7 @@ from app.repo.matching import (
 )
 from app.repo.messages import Transition, apply_status, parse_correlation_id
 from app.repo.watermarks import messages_under_watermark
+from app.repo.webhook_sql import apply_by_provider_id, is_postgresql, record_one_status
 from app.repo.windows import open_window
 
 log = logging.getLogger(__name__)
@@ -92,9 +100,45 @@ class Recorded:
     unmatched: int = 0  # under a number we do not know: stored finished
 
 
+@dataclass(frozen=True, slots=True)
+class RawDelivery:
+    """A verified delivery as it is stored: who sent it, and exactly what they sent."""
+
+    provider: str
+    identity_id: int | None
+    headers: dict[str, str]
+    body: str
+    now: datetime
+
+
 class StatusesRefusedError(Exception):
     """The database refused a delivery's statuses: the caller's transaction is spoiled.
-    Roll it back and keep the raw delivery alone (`record_delivery` with no statuses)."""
+    Roll it back and keep the raw delivery alone: `keep_raw_delivery(db, error)`."""
+
+    def __init__(self, reason: str, delivery: RawDelivery) -> None:
+        super().__init__(reason)
+        self.delivery = delivery
+
+
+def keep_raw_delivery(db: Database, refused: StatusesRefusedError) -> int:
+    """The raw delivery whose statuses the database refused, kept on its own in a
+    transaction of its own (so nothing a provider signed is lost); returns its id. The
+    caller still answers 2xx, or the provider would redeliver it for ever; a person reads
+    the statuses from the raw body."""
+    raw = refused.delivery
+    with db.transaction() as session:
+        kept = record_delivery(
+            session,
+            provider=raw.provider,
+            identity_id=raw.identity_id,
+            headers=raw.headers,
+            body=raw.body,
+            now=raw.now,
+        )
+    log.error(
+        "%s delivery %s kept, statuses not stored: %s", raw.provider, kept.delivery_id, refused
+    )
+    return kept.delivery_id
 
 
 def record_delivery(
@@ -112,10 +156,32 @@ def record_delivery(
     and the windows its inbound messages open, committed with the caller's transaction.
 
     If the database refuses the statuses (a value no real provider sends), this raises
-    `StatusesRefusedError`: the caller rolls back and stores the raw delivery on its own,
-    so it is kept either way. (Optimistic, instead of a savepoint around the statuses: the
-    savepoint cost every delivery two statements to cover what almost never happens.)
+    `StatusesRefusedError`: the caller rolls back and stores the raw delivery on its own
+    (`keep_raw_delivery`), so it is kept either way. (Optimistic, instead of a savepoint
+    around the statuses: the savepoint cost every delivery two statements to cover what
+    almost never happens.) On PostgreSQL, one status of a known number and nothing else
+    (WhatsApp's usual delivery) is stored with its raw delivery in one statement.
     """
+    inbound = list(inbound)
+    single = len(statuses) == 1 and not inbound and statuses[0].identity_id is not None
+    if single and is_postgresql(session):
+        # The common case, one status of a known number: one statement on PostgreSQL.
+        try:
+            delivery_id, stored = record_one_status(
+                session,
+                provider=provider,
+                identity_id=identity_id,
+                headers=headers,
+                body=body,
+                now=now,
+                status=statuses[0],
+            )
+        except DBAPIError as exc:
+            raw = RawDelivery(provider, identity_id, headers, body, now)
+            raise StatusesRefusedError(_reason(exc), raw) from exc
+        if stored is None:
+            return Recorded(delivery_id, duplicates=1)
+        return Recorded(delivery_id, to_apply=[stored])
     delivery_id = store_delivery(session, provider, identity_id, headers, body, now)
     recorded = Recorded(delivery_id)
     if not statuses and not inbound:
@@ -126,11 +192,16 @@ def record_delivery(
         for item in sorted(inbound, key=lambda item: (item.identity_id, item.sender)):
             open_window(session, item.identity_id, item.sender, item.provider_time)
     except DBAPIError as exc:
-        raise StatusesRefusedError(str(exc.orig) if exc.orig else str(exc)) from exc
+        raw = RawDelivery(provider, identity_id, headers, body, now)
+        raise StatusesRefusedError(_reason(exc), raw) from exc
     recorded.to_apply = to_apply
     recorded.duplicates = duplicates
     recorded.unmatched = len(statuses) - duplicates - len(to_apply)
     return recorded
+
+
+def _reason(exc: DBAPIError) -> str:
+    return str(exc.orig) if exc.orig else str(exc)
 
 
 def apply_recorded(db: Database, recorded: Recorded, now: datetime) -> dict[str, int]:
@@ -212,6 +283,10 @@ def apply_stored_status(
             return record(now, Result.UNMATCHED, None)
         return Result.UNMATCHED
 
+    if own_transaction:
+        fast = apply_matched_by_provider_id(session, status, now)
+        if fast is not None:
+            return fast
     found = match(session, status, now)  # 1 and 2: locks the message, adopts the id
     if not own_transaction and not claim_status(session, status.id):  # 3
         return Result.DUPLICATE
@@ -231,14 +306,50 @@ def apply_stored_status(
     if target is None:  # below `sent` (Twilio's queued, ...) or untracked: recorded only
         return record(now, Result.IGNORED, found.message.id)
     transition = apply_through_guard(session, status, found, target, now)  # 5
+    _log_late(transition, found.message.id)
+    return record(now, result_of(transition), found.message.id)  # 6
+
+
+def apply_matched_by_provider_id(
+    session: Session, status: StoredStatus, now: datetime
+) -> str | None:
+    """Steps 1a, 3, 5 and 6 in one statement on PostgreSQL, for a status (in a transaction
+    of its own) that moves a message and names a provider id: None (nothing done) when
+    that is not the case or no message of its identity has the id, and the caller goes
+    step by step. Raises `StatusTakenError` as `record` does."""
+    target = PROVIDER_WORDS.get(status.status)
+    if (
+        target is None
+        or status.identity_id is None
+        or status.provider_message_id is None
+        or not is_postgresql(session)
+    ):
+        return None
+    detail, extra = guard_values(status, target)
+    done = apply_by_provider_id(session, status, target, now, detail=detail, extra_values=extra)
+    if done is None:
+        return None
+    if not done.claimed:
+        raise StatusTakenError(status.id)
+    if done.applied and done.moved != 1:
+        # Under our lock, from the state we read: a row that did not move is a bug, and
+        # rolling back (the status stays unapplied, the sweeper replays it) is the safe end.
+        raise RuntimeError(f"message {done.message_id} changed under its lock")
+    transition = Transition(
+        done.applied, done.from_status, target, done.refusal, duplicate=done.duplicate
+    )
+    _log_late(transition, done.message_id)
+    return result_of(transition)
+
+
+def _log_late(transition: Transition, message_id: int) -> None:
     if transition.refusal is not None and transition.refusal.value == "late":
         log.info(
             "late %s for message %s (now %s): recorded, not applied",
-            target.value,
-            found.message.id,
+            transition.to_status.value,
+            message_id,
             transition.from_status,
         )
-    return record(now, result_of(transition), found.message.id)  # 6
 
 
 # 1. Match ---------------------------------------------------------------------------
@@ -415,6 +526,25 @@ def apply_through_guard(
 ) -> Transition:
     """One compare-and-set through the state machine, deduplicated by the status's key
     (the same provider, provider id and status seen again adds no event)."""
+    detail, extra = guard_values(status, target)
+    return apply_status(
+        session,
+        found.message.id,
+        target,
+        Source.WEBHOOK,
+        now,
+        provider_time=status.provider_time,
+        cycle=found.cycle,
+        kind=target.value,
+        detail=detail,
+        dedupe_key=status.dedupe_key,
+        extra_values=extra,
+        known=found.message.state,
+    )
+
+
+def guard_values(status: StoredStatus, target: Status) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the event's detail, the columns an applied move also writes) for a status."""
     payload = status.payload or {}
     errors = payload.get("errors") or []
     if target is Status.FAILED:
@@ -432,25 +562,13 @@ def apply_through_guard(
     else:
         # The provider has it: no verdict is owed, and a retry's class no longer describes it.
         extra = {"pending_verdict": None, "failure_class": None}
-    return apply_status(
-        session,
-        found.message.id,
-        target,
-        Source.WEBHOOK,
-        now,
-        provider_time=status.provider_time,
-        cycle=found.cycle,
-        kind=target.value,
-        detail={
-            "provider": status.provider,
-            "provider_message_id": status.provider_message_id,
-            "status": status.status,
-            "errors": errors,
-        },
-        dedupe_key=status.dedupe_key,
-        extra_values=extra,
-        known=found.message.state,
-    )
+    detail = {
+        "provider": status.provider,
+        "provider_message_id": status.provider_message_id,
+        "status": status.status,
+        "errors": errors,
+    }
+    return detail, extra
 
 
 # 6. Record --------------------------------------------------------------------------

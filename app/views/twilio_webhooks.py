@@ -29,7 +29,7 @@ from app import instruments
 from app.clock import utcnow
 from app.config import Config
 from app.crypto import get_box
-from app.db import get_db
+from app.db import request_db
 from app.models import Identity
 from app.providers import twilio
 from app.providers.base import StatusUpdate, WebhookFormatError
@@ -37,6 +37,7 @@ from app.reconcile import (
     InboundMessage,
     StatusesRefusedError,
     apply_recorded,
+    keep_raw_delivery,
     record_delivery,
 )
 from app.repo.identities import get_identity, reveal_secrets
@@ -101,7 +102,8 @@ def twilio_callback(identity_id: int) -> ResponseReturnValue:
             else:
                 answer = {"received": 1, "results": {"unstorable": 1}}, 202
 
-    db = get_db()
+    # Both transactions (the raw request, then its status) on one pooled connection.
+    db = request_db()
     headers = dict(request.headers)
     body = raw.decode("utf-8")
     try:
@@ -127,18 +129,9 @@ def twilio_callback(identity_id: int) -> ResponseReturnValue:
                 statuses=statuses,
                 inbound=inbound,
             )
-    except StatusesRefusedError as exc:
-        with db.transaction() as session:
-            kept = record_delivery(
-                session,
-                provider=twilio.NAME,
-                identity_id=identity_id,
-                headers=headers,
-                body=body,
-                now=now,
-            )
-        log.error("twilio delivery %s kept, status not stored: %s", kept.delivery_id, exc)
-        return jsonify(received=0, stored=kept.delivery_id, error="status not stored"), 202
+    except StatusesRefusedError as refused:
+        kept = keep_raw_delivery(db, refused)
+        return jsonify(received=0, stored=kept, error="status not stored"), 202
     if answer is not None:
         if answer[1] != 200:
             log.error("twilio delivery %s kept, not applied: %s", recorded.delivery_id, answer[0])

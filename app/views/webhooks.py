@@ -32,13 +32,14 @@ from app import instruments
 from app.clock import utcnow
 from app.config import Config
 from app.crypto import get_box
-from app.db import get_db
+from app.db import get_db, request_db
 from app.providers import get_provider
 from app.providers.base import Provider, WebhookBatch, WebhookFormatError
 from app.reconcile import (
     InboundMessage,
     StatusesRefusedError,
     apply_recorded,
+    keep_raw_delivery,
     record_delivery,
     watermark_statuses,
 )
@@ -151,7 +152,8 @@ def receive(
     except WebhookFormatError as exc:
         batch, not_understood = None, exc
 
-    db = get_db()
+    # Both transactions (the raw delivery, then its statuses) on one pooled connection.
+    db = request_db()
     headers = dict(request.headers)
     body = raw.decode("utf-8")
     try:
@@ -198,25 +200,11 @@ def receive(
                 statuses=incoming,
                 inbound=inbound,
             )
-    except StatusesRefusedError as exc:
+    except StatusesRefusedError as refused:
         # Signed, but the database refuses its statuses: the raw delivery is kept on its
-        # own, and a 2xx all the same, or Meta would redeliver it for ever. A person reads
-        # it from the raw delivery.
-        with db.transaction() as session:
-            kept = record_delivery(
-                session,
-                provider=provider.name,
-                identity_id=owner,
-                headers=headers,
-                body=body,
-                now=now,
-            )
-        log.error(
-            "%s delivery %s kept, statuses not stored: %s", provider.name, kept.delivery_id, exc
-        )
-        return jsonify(
-            received=0, stored=kept.delivery_id, error="statuses could not be stored"
-        ), 202
+        # own, and a 2xx all the same, or Meta would redeliver it for ever.
+        kept = keep_raw_delivery(db, refused)
+        return jsonify(received=0, stored=kept, error="statuses could not be stored"), 202
     delivery_id = recorded.delivery_id
     if batch is None:
         # Signed by the provider but not a shape we know: kept verbatim for a person to

@@ -1,0 +1,361 @@
+"""The webhook's hot path on PostgreSQL: each of its two transactions in one statement.
+
+A single-status delivery is the common case (WhatsApp sends one status a delivery), and
+on PostgreSQL each of its transactions can be one statement with data-modifying CTEs:
+
+    record_one_status   the raw delivery and its one status row (deduplicated by key)
+    apply_by_provider_id
+                        for a status whose provider id names a message of its identity:
+                        lock the message, append the event with its outcome (deduplicated
+                        by key), apply the move (or fill a late status's own timestamp),
+                        and claim and finish the status row
+
+They do what the general path does (`app/repo/inbox.py`, `app/repo/matching.py`,
+`app/repo/messages.py`), in the same order and under the same locks: the message row is
+locked first (`cur`), the status row is updated only after (its statement waits on
+`cur`). The state machine still decides: `decide` (`app/lifecycle.py`) is asked for every
+state the message could be in, and its answers are written into the statement, which picks
+the one for the state it finds under the lock. Every sub-statement sees the same snapshot;
+each later one reads only what an earlier one returned (never its table), and the message
+row is updated by at most one of them, so none needs to see another's effects. The updates
+find their rows by id alone (see `_build_apply`): a row another writer changed while `cur`
+waited for its lock is then updated in its newest version, the one `cur` decided on.
+
+Anything else (several statuses, inbound messages, a status no message has the provider id
+of, SQLite) goes the general way; `app/reconcile.py` chooses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import (
+    String,
+    Table,
+    bindparam,
+    case,
+    exists,
+    func,
+    insert,
+    literal_column,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from app.lifecycle import TIMESTAMP_FIELD, Refusal, Source, Status, decide
+from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
+from app.repo.inbox import IncomingStatus, Result, StoredStatus
+
+_messages = cast(Table, Message.__table__)
+_events = cast(Table, MessageEvent.__table__)
+_deliveries = cast(Table, WebhookDelivery.__table__)
+_statuses = cast(Table, WebhookStatus.__table__)
+
+
+def _word(word: str) -> Any:
+    """One of our own fixed words (a status, a result) written into the statement: bound
+    parameters for constants cost CPU on every execution, for nothing."""
+    if not word.replace("_", "").isalpha() or not word.islower():
+        raise ValueError(f"not a plain word: {word!r}")
+    return literal_column(f"'{word}'", String)
+
+
+def is_postgresql(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+# The raw delivery and its one status ------------------------------------------------
+
+
+def _build_record() -> Any:
+    delivery = (
+        insert(_deliveries)
+        .values(
+            provider=bindparam("d_provider", type_=_deliveries.c.provider.type),
+            identity_id=bindparam("d_identity_id", type_=_deliveries.c.identity_id.type),
+            headers=bindparam("d_headers", type_=_deliveries.c.headers.type),
+            body=bindparam("d_body", type_=_deliveries.c.body.type),
+            received_at=bindparam("now", type_=_deliveries.c.received_at.type),
+        )
+        .returning(_deliveries.c.id)
+        .cte("d")
+    )
+    values = {
+        "delivery_id": delivery.c.id,
+        **{
+            name: bindparam(f"s_{name}", type_=_statuses.c[name].type)
+            for name in (
+                "provider",
+                "identity_id",
+                "routing_id",
+                "dedupe_key",
+                "provider_message_id",
+                "correlation_id",
+                "status",
+                "provider_time",
+                "payload",
+            )
+        },
+        "received_at": bindparam("now", type_=_statuses.c.received_at.type),
+        "tries": literal_column("0"),
+    }
+    status = (
+        pg_insert(_statuses)
+        .from_select(list(values), select(*values.values()))
+        .on_conflict_do_nothing(index_elements=["dedupe_key"])
+        .returning(_statuses.c.id)
+        .cte("s")
+    )
+    return select(delivery.c.id, select(status.c.id).scalar_subquery())
+
+
+_RECORD = _build_record()
+
+
+def record_one_status(
+    session: Session,
+    *,
+    provider: str,
+    identity_id: int | None,
+    headers: dict[str, str],
+    body: str,
+    now: datetime,
+    status: IncomingStatus,
+) -> tuple[int, StoredStatus | None]:
+    """Insert the raw delivery and its one status (under a known identity) in one
+    statement: (the delivery's id, the stored status to apply, or None: a duplicate)."""
+    assert status.identity_id is not None
+    payload = {
+        "raw": status.raw,
+        "errors": list(status.errors),
+        "failure_class": status.failure_class,
+    }
+    dedupe_key = status.dedupe_key
+    delivery_id, status_id = session.execute(
+        _RECORD,
+        {
+            "d_provider": provider,
+            "d_identity_id": identity_id,
+            "d_headers": headers,
+            "d_body": body,
+            "now": now,
+            "s_provider": status.provider,
+            "s_identity_id": status.identity_id,
+            "s_routing_id": status.routing_id,
+            "s_dedupe_key": dedupe_key,
+            "s_provider_message_id": status.provider_message_id,
+            "s_correlation_id": status.correlation_id,
+            "s_status": status.status,
+            "s_provider_time": status.provider_time,
+            "s_payload": payload,
+        },
+    ).one()
+    if status_id is None:
+        return int(delivery_id), None
+    stored = StoredStatus(
+        id=status_id,
+        identity_id=status.identity_id,
+        provider=status.provider,
+        provider_message_id=status.provider_message_id,
+        status=status.status,
+        provider_time=status.provider_time,
+        correlation_id=status.correlation_id,
+        dedupe_key=dedupe_key,
+        payload=payload,
+    )
+    return int(delivery_id), stored
+
+
+# One status matched by its provider id, applied ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What `apply_by_provider_id` did to the message it found and locked."""
+
+    message_id: int
+    from_status: Status
+    applied: bool
+    refusal: Refusal | None
+    duplicate: bool  # the event's dedupe key was recorded already: nothing changed
+    claimed: bool  # False: another applier finished the status first (roll back)
+    moved: int  # message rows the move (or a late status's timestamp) changed
+
+
+def _build_apply(target: Status, extra: tuple[str, ...]) -> Any:
+    stamp = TIMESTAMP_FIELD[target]
+    decisions = {current: decide(Source.WEBHOOK, current, target) for current in Status}
+    applies_from = [current.value for current, d in decisions.items() if d.applies]
+    refusals = {
+        current.value: d.refusal.value for current, d in decisions.items() if d.refusal is not None
+    }
+    fills = [current.value for current, d in decisions.items() if d.fills_own_timestamp]
+
+    cur = (
+        select(_messages.c.id, _messages.c.cycle, _messages.c.status)
+        .where(
+            _messages.c.identity_id == bindparam("identity_id_"),
+            _messages.c.provider_message_id == bindparam("provider_message_id_"),
+        )
+        # One row, as the step-by-step lookup takes its first: the scalar subqueries below
+        # read it. (No ORDER BY: that could lead the planner to walk the primary key.)
+        .limit(1)
+        .with_for_update()
+        .cte("cur")
+    )
+    event_values = {
+        "message_id": cur.c.id,
+        "cycle": cur.c.cycle,
+        "source": _word(Source.WEBHOOK.value),
+        "kind": _word(target.value),
+        "from_status": cur.c.status,
+        "to_status": _word(target.value),
+        "applied": cur.c.status.in_([_word(word) for word in applies_from]),
+        "refusal": case(
+            *[(cur.c.status == _word(word), _word(why)) for word, why in refusals.items()]
+        ),
+        "provider_time": bindparam("p_provider_time", type_=_events.c.provider_time.type),
+        "received_at": bindparam("now", type_=_events.c.received_at.type),
+        "detail": bindparam("p_detail", type_=_events.c.detail.type),
+        "dedupe_key": bindparam("p_dedupe_key", type_=_events.c.dedupe_key.type),
+    }
+    event = (
+        pg_insert(_events)
+        .from_select(list(event_values), select(*event_values.values()))
+        .on_conflict_do_nothing(index_elements=["dedupe_key"])
+        .returning(
+            _events.c.message_id,
+            _events.c.from_status,
+            _events.c.applied,
+            _events.c.refusal,
+        )
+        .cte("e")
+    )
+    # No `status = from_status` guard here, unlike the step-by-step UPDATE: these scan the
+    # statement's snapshot, and when `cur` waited for another writer's commit, the row in
+    # that snapshot is the older one. A guard on what changed would skip the row before
+    # PostgreSQL re-checks it against the newest version (the one `cur` locked and decided
+    # on). Matching by id alone, the newest version is the one updated, and it cannot have
+    # moved since `cur` locked it.
+    guard = (_messages.c.id == event.c.message_id,)
+    when = bindparam("when", type_=_messages.c[stamp].type)
+    move_values: dict[str, Any] = {
+        "status": _word(target.value),
+        stamp: func.coalesce(_messages.c[stamp], when),
+    }
+    move_values.update(
+        {name: bindparam(f"v_{name}", type_=_messages.c[name].type) for name in extra}
+    )
+    moves = [
+        update(_messages)
+        .where(*guard, event.c.applied)
+        .values(move_values)
+        .returning(_messages.c.id)
+        .cte("m")
+    ]
+    if fills:
+        # A late status still records when it happened, if that is not known yet.
+        moves.append(
+            update(_messages)
+            .where(*guard, event.c.refusal == _word(Refusal.LATE), _messages.c[stamp].is_(None))
+            .values({stamp: when})
+            .returning(_messages.c.id)
+            .cte("f")
+        )
+    result = func.coalesce(
+        select(
+            case((event.c.applied, _word(Result.APPLIED)), else_=_word(Result.REFUSED))
+        ).scalar_subquery(),
+        _word(Result.DUPLICATE),
+    )
+    finished = (
+        update(_statuses)
+        .where(
+            _statuses.c.id == bindparam("status_id"),
+            _statuses.c.applied_at.is_(None),
+            exists(select(cur.c.id)),
+        )
+        .values(
+            tries=_statuses.c.tries + literal_column("1"),
+            applied_at=bindparam("now", type_=_statuses.c.applied_at.type),
+            result=result,
+            message_id=select(cur.c.id).scalar_subquery(),
+        )
+        .returning(_statuses.c.id)
+        .cte("s")
+    )
+    counts = [select(func.count()).select_from(move).scalar_subquery() for move in moves]
+    moved: Any = counts[0] if len(counts) == 1 else counts[0] + counts[1]
+    return (
+        select(
+            cur.c.id,
+            cur.c.status,
+            event.c.applied,
+            event.c.refusal,
+            event.c.message_id.is_not(None),
+            select(func.count()).select_from(finished).scalar_subquery(),
+            moved,
+        )
+        .select_from(cur)
+        .outerjoin(event, true())
+    )
+
+
+# (target, extra columns) -> the statement, built once per shape.
+_APPLY: dict[tuple[Status, tuple[str, ...]], Any] = {}
+
+
+def apply_by_provider_id(
+    session: Session,
+    status: StoredStatus,
+    target: Status,
+    now: datetime,
+    *,
+    detail: dict[str, Any],
+    extra_values: dict[str, Any],
+) -> Applied | None:
+    """Apply a status to the message of its identity that has its provider id, in one
+    statement; None (and nothing done) when no message has that id.
+
+    The same as `match` (by provider id), `apply_status(..., known=...)` and
+    `claim_and_finish_status` of the general path: an event deduplicated by the status's
+    key, written once with its outcome; the move only from a state `decide` allows; the
+    status row claimed and finished in the same compare-and-set. The caller raises on
+    `claimed` False (so the transaction rolls back) and on a move that changed no row."""
+    assert status.identity_id is not None and status.provider_message_id is not None
+    extra = tuple(extra_values)
+    statement = _APPLY.get((target, extra))
+    if statement is None:
+        statement = _APPLY[(target, extra)] = _build_apply(target, extra)
+    params: dict[str, Any] = {f"v_{name}": value for name, value in extra_values.items()}
+    params.update(
+        identity_id_=status.identity_id,
+        provider_message_id_=status.provider_message_id,
+        p_provider_time=status.provider_time,
+        now=now,
+        when=status.provider_time or now,
+        p_detail=detail,
+        p_dedupe_key=status.dedupe_key,
+        status_id=status.id,
+    )
+    # (No parameter is named after a column: SQLAlchemy would add it to an UPDATE's SET.)
+    row = session.execute(statement, params).first()
+    if row is None:
+        return None
+    message_id, from_status, applied, refusal, inserted, claimed, moved = row
+    if not inserted:
+        return Applied(message_id, Status(from_status), False, Refusal.SAME, True, claimed == 1, 0)
+    return Applied(
+        message_id,
+        Status(from_status),
+        bool(applied),
+        Refusal(refusal) if refusal is not None else None,
+        False,
+        claimed == 1,
+        moved,
+    )
