@@ -45,7 +45,9 @@ def test_a_send_goes_out_as_twilio_documents_it_and_its_signed_callbacks_take_it
     account = env.twilio_account()
     message_id = env.send(account, "+1 650 555 1234", text="Your order shipped")
     outcomes = env.drive(account, message_id)
-    assert outcomes[0] == "accepted (sent)"
+    # The sandbox posts `sent` as soon as it answers: on a busy machine that callback can
+    # beat the worker's record, which then keeps the webhook's state (both are right).
+    assert outcomes[0] in ("accepted (sent)", "accepted (kept)"), outcomes
     assert reaches(env, message_id, "read") == "read"
     row = env.message(message_id)
     assert row.status == "read" and row.delivered_at is not None
