@@ -10,11 +10,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, exists, func, insert, literal, or_, select, update
+from sqlalchemy import Table, and_, bindparam, func, insert, literal, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Refusal, Source, Status
-from app.models import Attempt, Identity, Message, MessageEvent, WebhookStatus
+from app.models import Attempt, Identity, Message, MessageEvent
 from app.providers.classification import rank_of
 from app.reconcile import apply_parked, record_double_send
 from app.repo.claims import Claim
@@ -204,17 +204,21 @@ def record_accepted(
 _attempts = cast(Table, Attempt.__table__)
 _messages = cast(Table, Message.__table__)
 _events = cast(Table, MessageEvent.__table__)
-_statuses = cast(Table, WebhookStatus.__table__)
 _ACCEPT: dict[bool, Any] = {}
 
 
 def _accept_statement(had_unknown: bool) -> Any:
     """PostgreSQL: the attempt's answer, the move `sending -> sent` with its values and its
     event, in one statement of data-modifying CTEs, built once per shape with bound
-    parameters; it returns whether the move applied and whether statuses are parked for
-    the id. It is exactly what `record_accepted`'s usual case writes, fenced the same way:
-    on anything unusual (a webhook got further, another id, a lost lease) it moves nothing
-    and the caller takes the general path."""
+    parameters; it returns whether the move applied. It is exactly what
+    `record_accepted`'s usual case writes, fenced the same way: on anything unusual (a
+    webhook got further, another id, a lost lease) it moves nothing and the caller takes
+    the general path.
+
+    Whether statuses are parked for the id is not asked here: a subquery reads the
+    statement's snapshot, taken before the UPDATE may have waited for the row lock, so a
+    status that parked and committed during that wait would be missed (left to the
+    sweeper). `accept_at_once` asks in a statement of its own, under the lock."""
     statement = _ACCEPT.get(had_unknown)
     if statement is not None:
         return statement
@@ -296,16 +300,8 @@ def _accept_statement(had_unknown: bool) -> Any:
         .returning(_events.c.id)
         .cte("logged")
     )
-    parked = exists().where(
-        _statuses.c.identity_id == bindparam("p_identity_id"),
-        _statuses.c.provider_message_id == pmid,
-        _statuses.c.applied_at.is_(None),
-    )
     statement = (
-        select(
-            select(func.count()).select_from(moved).scalar_subquery().label("moved"),
-            parked.label("parked"),
-        )
+        select(select(func.count()).select_from(moved).scalar_subquery().label("moved"))
         .add_cte(finished)
         .add_cte(logged)
     )
@@ -324,9 +320,10 @@ def accept_at_once(
     unknown_attempts: int,
     had_unknown: bool,
 ) -> Transition | None:
-    """The usual acceptance in one statement on PostgreSQL (see `_accept_statement`);
-    None when it did not apply (or on SQLite): then `finish_attempt` and
-    `record_accepted` record it, as they always did."""
+    """The usual acceptance in one statement on PostgreSQL (see `_accept_statement`),
+    then the statuses parked for the id, looked up under the row lock the statement took
+    (as `record_accepted` does); None when it did not apply (or on SQLite): then
+    `finish_attempt` and `record_accepted` record it, as they always did."""
     bind = session.get_bind()
     if bind.dialect.name != "postgresql":
         return None
@@ -336,7 +333,6 @@ def accept_at_once(
             "p_id": claim.message_id,
             "p_cycle": claim.cycle,
             "p_attempt": claim.attempt,
-            "p_identity_id": claim.identity_id,
             "p_now": now,
             "p_pmid": provider_message_id,
             "p_http_status": http_status,
@@ -348,8 +344,7 @@ def accept_at_once(
     ).one()
     if row.moved != 1:
         return None
-    if row.parked:
-        apply_parked(session, claim.identity_id, provider_message_id, now)
+    apply_parked(session, claim.identity_id, provider_message_id, now)
     return Transition(True, Status.SENDING, Status.SENT)
 
 

@@ -2,7 +2,8 @@
 the move to `sent` with its values, its event), and what it writes is exactly what the
 general path (`finish_attempt`, then `record_accepted`) writes. Anything unusual (a
 webhook got further, another id, a lost lease) changes nothing in that statement and goes
-the general way; statuses parked for the id are applied in the same transaction."""
+the general way; statuses parked for the id are looked up in a statement of their own,
+under the row lock, and applied in the same transaction."""
 
 from __future__ import annotations
 
@@ -121,7 +122,9 @@ def test_one_statement_writes_what_the_general_path_writes(db: Database, had_unk
             session, CONFIG, fast, accepted("wamid.FAST"), counts, T1, "campaign"
         )
     assert outcome == "accepted (sent)"
-    assert len(statements) == 1, statements
+    # The statement, then the parked statuses looked up under its row lock (none here).
+    assert len(statements) == 2, statements
+    assert statements[1].lstrip().startswith("SELECT webhook_statuses.id"), statements
 
     with db.transaction() as session:
         finish_attempt(
