@@ -10,7 +10,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, func, insert, literal, or_, select, update
+from sqlalchemy import Table, and_, bindparam, exists, func, insert, literal, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Refusal, Source, Status
@@ -212,8 +212,14 @@ def _accept_statement(had_unknown: bool) -> Any:
     event, in one statement of data-modifying CTEs, built once per shape with bound
     parameters; it returns whether the move applied. It is exactly what
     `record_accepted`'s usual case writes, fenced the same way: on anything unusual (a
-    webhook got further, another id, a lost lease) it moves nothing and the caller takes
+    webhook got further, another id, a lost lease) it writes nothing and the caller takes
     the general path.
+
+    The attempt's row is written only with the move (its WHERE reads `moved`): that makes
+    the lock order the reconciler's and the claim's, the message row first, by data
+    dependency rather than by the order PostgreSQL happens to run sub-statements in (which
+    it does not promise). A re-claim holding the message row while it marks our attempt
+    unknown then never deadlocks with this statement.
 
     Whether statuses are parked for the id is not asked here: a subquery reads the
     statement's snapshot, taken before the UPDATE may have waited for the row lock, so a
@@ -229,24 +235,6 @@ def _accept_statement(had_unknown: bool) -> Any:
     cycle = bindparam("p_cycle", type_=_messages.c.cycle.type)
     attempt = bindparam("p_attempt", type_=_messages.c.attempt.type)
     mine = [_messages.c.id == mid, _messages.c.cycle == cycle, _messages.c.attempt == attempt]
-    finished = (
-        update(_attempts)
-        .where(
-            _attempts.c.message_id == mid,
-            _attempts.c.cycle == cycle,
-            _attempts.c.number == attempt,
-        )
-        .values(
-            finished_at=now,
-            outcome="accepted",
-            http_status=bindparam("p_http_status", type_=_attempts.c.http_status.type),
-            provider_message_id=pmid,
-            error=bindparam("p_error", type_=_attempts.c.error.type),
-            response_body=bindparam("p_response_body", type_=_attempts.c.response_body.type),
-        )
-        .returning(_attempts.c.id)
-        .cte("finished")
-    )
     values: dict[str, Any] = {
         "status": Status.SENT.value,
         "sent_at": func.coalesce(_messages.c.sent_at, now),
@@ -270,6 +258,25 @@ def _accept_statement(had_unknown: bool) -> Any:
         .values(values)
         .returning(_messages.c.id, _messages.c.cycle)
         .cte("moved")
+    )
+    finished = (
+        update(_attempts)
+        .where(
+            _attempts.c.message_id == mid,
+            _attempts.c.cycle == cycle,
+            _attempts.c.number == attempt,
+            exists(select(moved.c.id)),
+        )
+        .values(
+            finished_at=now,
+            outcome="accepted",
+            http_status=bindparam("p_http_status", type_=_attempts.c.http_status.type),
+            provider_message_id=pmid,
+            error=bindparam("p_error", type_=_attempts.c.error.type),
+            response_body=bindparam("p_response_body", type_=_attempts.c.response_body.type),
+        )
+        .returning(_attempts.c.id)
+        .cte("finished")
     )
     logged = (
         insert(_events)

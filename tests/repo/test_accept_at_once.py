@@ -259,3 +259,11 @@ def test_an_answer_for_a_lease_taken_over_moves_nothing_in_one_statement(db: Dat
             select(MessageEvent.kind).where(MessageEvent.message_id == claim.message_id)
         ).all()
         assert "accepted" not in events
+        # Nor is the attempt's answer written: it goes with the move or not at all (the
+        # general path writes it), so the attempt row is never locked before the message.
+        ours = session.scalars(
+            select(Attempt).where(
+                Attempt.message_id == claim.message_id, Attempt.number == claim.attempt
+            )
+        ).one()
+        assert (ours.finished_at, ours.outcome, ours.provider_message_id) == (None, None, None)
