@@ -14,7 +14,7 @@ from sqlalchemy import Table, and_, bindparam, exists, func, insert, literal, or
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Refusal, Source, Status
-from app.models import Attempt, Identity, Message, MessageEvent, WebhookStatus
+from app.models import Attempt, Identity, Message, MessageEvent
 from app.providers.classification import rank_of
 from app.reconcile import apply_parked, record_double_send
 from app.repo.claims import Claim
@@ -204,17 +204,27 @@ def record_accepted(
 _attempts = cast(Table, Attempt.__table__)
 _messages = cast(Table, Message.__table__)
 _events = cast(Table, MessageEvent.__table__)
-_statuses = cast(Table, WebhookStatus.__table__)
 _ACCEPT: dict[bool, Any] = {}
 
 
 def _accept_statement(had_unknown: bool) -> Any:
     """PostgreSQL: the attempt's answer, the move `sending -> sent` with its values and its
     event, in one statement of data-modifying CTEs, built once per shape with bound
-    parameters; it returns whether the move applied and whether statuses are parked for
-    the id. It is exactly what `record_accepted`'s usual case writes, fenced the same way:
-    on anything unusual (a webhook got further, another id, a lost lease) it moves nothing
-    and the caller takes the general path."""
+    parameters; it returns whether the move applied. It is exactly what
+    `record_accepted`'s usual case writes, fenced the same way: on anything unusual (a
+    webhook got further, another id, a lost lease) it writes nothing and the caller takes
+    the general path.
+
+    The attempt's row is written only with the move (its WHERE reads `moved`): that makes
+    the lock order the reconciler's and the claim's, the message row first, by data
+    dependency rather than by the order PostgreSQL happens to run sub-statements in (which
+    it does not promise). A re-claim holding the message row while it marks our attempt
+    unknown then never deadlocks with this statement.
+
+    Whether statuses are parked for the id is not asked here: a subquery reads the
+    statement's snapshot, taken before the UPDATE may have waited for the row lock, so a
+    status that parked and committed during that wait would be missed (left to the
+    sweeper). `accept_at_once` asks in a statement of its own, under the lock."""
     statement = _ACCEPT.get(had_unknown)
     if statement is not None:
         return statement
@@ -225,24 +235,6 @@ def _accept_statement(had_unknown: bool) -> Any:
     cycle = bindparam("p_cycle", type_=_messages.c.cycle.type)
     attempt = bindparam("p_attempt", type_=_messages.c.attempt.type)
     mine = [_messages.c.id == mid, _messages.c.cycle == cycle, _messages.c.attempt == attempt]
-    finished = (
-        update(_attempts)
-        .where(
-            _attempts.c.message_id == mid,
-            _attempts.c.cycle == cycle,
-            _attempts.c.number == attempt,
-        )
-        .values(
-            finished_at=now,
-            outcome="accepted",
-            http_status=bindparam("p_http_status", type_=_attempts.c.http_status.type),
-            provider_message_id=pmid,
-            error=bindparam("p_error", type_=_attempts.c.error.type),
-            response_body=bindparam("p_response_body", type_=_attempts.c.response_body.type),
-        )
-        .returning(_attempts.c.id)
-        .cte("finished")
-    )
     values: dict[str, Any] = {
         "status": Status.SENT.value,
         "sent_at": func.coalesce(_messages.c.sent_at, now),
@@ -266,6 +258,25 @@ def _accept_statement(had_unknown: bool) -> Any:
         .values(values)
         .returning(_messages.c.id, _messages.c.cycle)
         .cte("moved")
+    )
+    finished = (
+        update(_attempts)
+        .where(
+            _attempts.c.message_id == mid,
+            _attempts.c.cycle == cycle,
+            _attempts.c.number == attempt,
+            exists(select(moved.c.id)),
+        )
+        .values(
+            finished_at=now,
+            outcome="accepted",
+            http_status=bindparam("p_http_status", type_=_attempts.c.http_status.type),
+            provider_message_id=pmid,
+            error=bindparam("p_error", type_=_attempts.c.error.type),
+            response_body=bindparam("p_response_body", type_=_attempts.c.response_body.type),
+        )
+        .returning(_attempts.c.id)
+        .cte("finished")
     )
     logged = (
         insert(_events)
@@ -296,16 +307,8 @@ def _accept_statement(had_unknown: bool) -> Any:
         .returning(_events.c.id)
         .cte("logged")
     )
-    parked = exists().where(
-        _statuses.c.identity_id == bindparam("p_identity_id"),
-        _statuses.c.provider_message_id == pmid,
-        _statuses.c.applied_at.is_(None),
-    )
     statement = (
-        select(
-            select(func.count()).select_from(moved).scalar_subquery().label("moved"),
-            parked.label("parked"),
-        )
+        select(select(func.count()).select_from(moved).scalar_subquery().label("moved"))
         .add_cte(finished)
         .add_cte(logged)
     )
@@ -324,9 +327,10 @@ def accept_at_once(
     unknown_attempts: int,
     had_unknown: bool,
 ) -> Transition | None:
-    """The usual acceptance in one statement on PostgreSQL (see `_accept_statement`);
-    None when it did not apply (or on SQLite): then `finish_attempt` and
-    `record_accepted` record it, as they always did."""
+    """The usual acceptance in one statement on PostgreSQL (see `_accept_statement`),
+    then the statuses parked for the id, looked up under the row lock the statement took
+    (as `record_accepted` does); None when it did not apply (or on SQLite): then
+    `finish_attempt` and `record_accepted` record it, as they always did."""
     bind = session.get_bind()
     if bind.dialect.name != "postgresql":
         return None
@@ -336,7 +340,6 @@ def accept_at_once(
             "p_id": claim.message_id,
             "p_cycle": claim.cycle,
             "p_attempt": claim.attempt,
-            "p_identity_id": claim.identity_id,
             "p_now": now,
             "p_pmid": provider_message_id,
             "p_http_status": http_status,
@@ -348,8 +351,7 @@ def accept_at_once(
     ).one()
     if row.moved != 1:
         return None
-    if row.parked:
-        apply_parked(session, claim.identity_id, provider_message_id, now)
+    apply_parked(session, claim.identity_id, provider_message_id, now)
     return Transition(True, Status.SENDING, Status.SENT)
 
 

@@ -2,7 +2,8 @@
 the move to `sent` with its values, its event), and what it writes is exactly what the
 general path (`finish_attempt`, then `record_accepted`) writes. Anything unusual (a
 webhook got further, another id, a lost lease) changes nothing in that statement and goes
-the general way; statuses parked for the id are applied in the same transaction."""
+the general way; statuses parked for the id are looked up in a statement of their own,
+under the row lock, and applied in the same transaction."""
 
 from __future__ import annotations
 
@@ -136,7 +137,9 @@ def test_one_statement_writes_what_the_general_path_writes(db: Database, had_unk
             session, CONFIG, fast, accepted("wamid.FAST"), counts, T1, "campaign"
         )
     assert outcome == "accepted (sent)"
-    assert len(statements) == 1, statements
+    # The statement, then the parked statuses looked up under its row lock (none here).
+    assert len(statements) == 2, statements
+    assert statements[1].lstrip().startswith("SELECT webhook_statuses.id"), statements
 
     with db.transaction() as session:
         finish_attempt(
@@ -247,3 +250,11 @@ def test_an_answer_for_a_lease_taken_over_moves_nothing_in_one_statement(db: Dat
             select(MessageEvent.kind).where(MessageEvent.message_id == claim.message_id)
         ).all()
         assert "accepted" not in events
+        # Nor is the attempt's answer written: it goes with the move or not at all (the
+        # general path writes it), so the attempt row is never locked before the message.
+        ours = session.scalars(
+            select(Attempt).where(
+                Attempt.message_id == claim.message_id, Attempt.number == claim.attempt
+            )
+        ).one()
+        assert (ours.finished_at, ours.outcome, ours.provider_message_id) == (None, None, None)
