@@ -20,6 +20,7 @@ from sqlalchemy import event, func, select, text
 
 from app.db import Database
 from app.models import Message, WebhookDelivery, WebhookStatus
+from jobs.sweep import sweep_once
 
 from ..factories import make_world
 from ..meta import PHONE_NUMBER_ID, encode, sign, status, status_body
@@ -144,3 +145,39 @@ def test_the_delivery_statement_meeting_a_dead_connection_before_any_status_is_a
     assert killed
     assert response.status_code == 500
     assert stored(committed_db) == (0, 0)
+
+
+def test_a_connection_lost_while_applying_leaves_the_status_for_the_sweeper_and_the_next_applies(
+    app: Flask, client: FlaskClient, committed_db: Database
+) -> None:
+    """The raw delivery and its statuses are committed first: a status whose apply meets a
+    dead connection stays unapplied (2xx is right: it is stored), the request's pinned
+    connection reconnects for the next status, and the sweeper replays the first."""
+    world = make_world(committed_db, account_id=PHONE_NUMBER_ID, app_secret=SECRET)
+    first = sent_message(committed_db, world, "wamid.APPLY1")
+    second = sent_message(committed_db, world, "wamid.APPLY2")
+    raw = encode(
+        status_body(
+            [status("wamid.APPLY1", "delivered", at(5)), status("wamid.APPLY2", "read", at(6))]
+        )
+    )
+    headers = {"Content-Type": "application/json", "X-Hub-Signature-256": sign(raw, SECRET)}
+    with connection_lost_at(committed_db, "INSERT INTO message_events") as killed:
+        response = client.post("/webhooks/whatsapp", data=raw, headers=headers)
+    assert killed
+    assert response.status_code == 200
+    assert response.get_json()["results"] == {"duplicate": 0, "unapplied": 1, "applied": 1}
+    assert stored(committed_db) == (1, 2)
+    assert (state(committed_db, first).status, state(committed_db, second).status) == (
+        "sent",
+        "read",
+    )
+    with committed_db.transaction() as session:
+        left = session.scalars(select(WebhookStatus).where(WebhookStatus.applied_at.is_(None)))
+        assert [(row.provider_message_id, row.result, row.tries) for row in left] == [
+            ("wamid.APPLY1", None, 0)
+        ]
+
+    sweep_once(committed_db, app.config["RATCHET"], at(10))
+    row = state(committed_db, first)
+    assert (row.status, row.delivered_at) == ("delivered", at(5))
