@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db import Database
@@ -111,6 +111,13 @@ class RawDelivery:
     now: datetime
 
 
+# What the database says about the values it was given (too long, not valid JSON, a NUL,
+# a constraint): storing them again would fail again. Anything else (OperationalError:
+# the connection lost, a deadlock, a statement timeout; InterfaceError; InternalError) is
+# about the database, not the delivery.
+REFUSALS = (DataError, IntegrityError)
+
+
 class StatusesRefusedError(Exception):
     """The database refused a delivery's statuses: the caller's transaction is spoiled.
     Roll it back and keep the raw delivery alone: `keep_raw_delivery(db, error)`."""
@@ -157,10 +164,14 @@ def record_delivery(
 
     If the database refuses the statuses (a value no real provider sends), this raises
     `StatusesRefusedError`: the caller rolls back and stores the raw delivery on its own
-    (`keep_raw_delivery`), so it is kept either way. (Optimistic, instead of a savepoint
-    around the statuses: the savepoint cost every delivery two statements to cover what
-    almost never happens.) On PostgreSQL, one status of a known number and nothing else
-    (WhatsApp's usual delivery) is stored with its raw delivery in one statement.
+    (`keep_raw_delivery`), so it is kept either way. Only a refusal of the values does
+    (`REFUSALS`): a lost connection, a deadlock or a timeout says nothing about them, and
+    propagates, so the delivery goes unacknowledged and the provider sends it again (kept
+    raw and answered 2xx, its statuses would never be stored or applied).
+    (Optimistic, instead of a savepoint around the statuses: the savepoint cost every
+    delivery two statements to cover what almost never happens.) On PostgreSQL, one status
+    of a known number and nothing else (WhatsApp's usual delivery) is stored with its raw
+    delivery in one statement.
     """
     inbound = list(inbound)
     single = len(statuses) == 1 and not inbound and statuses[0].identity_id is not None
@@ -176,7 +187,7 @@ def record_delivery(
                 now=now,
                 status=statuses[0],
             )
-        except DBAPIError as exc:
+        except REFUSALS as exc:
             raw = RawDelivery(provider, identity_id, headers, body, now)
             raise StatusesRefusedError(_reason(exc), raw) from exc
         if stored is None:
@@ -191,7 +202,7 @@ def record_delivery(
         # Sorted for the reason the statuses are: one lock order for every delivery.
         for item in sorted(inbound, key=lambda item: (item.identity_id, item.sender)):
             open_window(session, item.identity_id, item.sender, item.provider_time)
-    except DBAPIError as exc:
+    except REFUSALS as exc:
         raw = RawDelivery(provider, identity_id, headers, body, now)
         raise StatusesRefusedError(_reason(exc), raw) from exc
     recorded.to_apply = to_apply

@@ -13,7 +13,9 @@ For each delivery:
    know are kept verbatim and unmatched (refusing them would make Meta resend the batch for
    ever, and the known number's statuses would never apply). A signed delivery we cannot
    parse is kept verbatim and acknowledged (202), so nothing is lost and Meta does not
-   resend it.
+   resend it. Statuses the database refuses (their values) are kept in the raw body alone,
+   also 202; a database that fails instead (the connection lost, a timeout) is a 500, so
+   Meta resends the delivery and its statuses are stored then.
 4. Each status is then applied in its own transaction; one that fails stays unapplied and
    the sweeper replays it. Steps 3 and 4 are the reconciler's (`app/reconcile.py`).
 """
