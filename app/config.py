@@ -52,7 +52,6 @@ class Config:
     drain_slice: float = 5.0  # a drain hands its worker back after this long
     drain_batch: int = 20  # messages claimed and sent together, at most
     drain_concurrency: int = 10  # provider calls in flight per drain
-    campaign_nice: int = 10  # campaign workers' CPU niceness: a reply's work goes first
     pacing_burst: float = 0.1  # a bucket's burst, in seconds of its rate
     pacing_slowdown: float = 60.0  # how long a provider's rate-limit answer halves the pace
     # The dashboard: a due message older than this, unclaimed, is stuck (seconds).
@@ -117,7 +116,6 @@ class Config:
             "drain_slice": env_float(env, "RATCHET_DRAIN_SLICE", 5.0),
             "drain_batch": env_int(env, "RATCHET_DRAIN_BATCH", 20),
             "drain_concurrency": env_int(env, "RATCHET_DRAIN_CONCURRENCY", 10),
-            "campaign_nice": env_int(env, "RATCHET_CAMPAIGN_NICE", 10),
             "pacing_burst": env_float(env, "RATCHET_PACING_BURST", 0.1),
             "pacing_slowdown": env_float(env, "RATCHET_PACING_SLOWDOWN", 60.0),
             "stuck_after": env_float(env, "RATCHET_STUCK_AFTER", 60.0),
@@ -146,10 +144,6 @@ class Config:
                 raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
             config = replace(config, **dict(overrides))
         check_observability(config)
-        if not 0 <= config.campaign_nice <= 19:
-            raise ConfigError(
-                f"RATCHET_CAMPAIGN_NICE must be 0 (off) to 19, got {config.campaign_nice}"
-            )
         if len(config.secret_key) < 16:
             raise ConfigError(
                 "SECRET_KEY is missing or shorter than 16 characters; "

@@ -5,19 +5,12 @@ worker forks once per job, which on this class of machine caps it near 33 jobs/s
 about 140 without the fork), and the child would inherit the parent's SQLAlchemy pool.
 A job that hangs cannot stall it for long: every provider call has a total deadline shorter
 than the message's lease, and a job that dies is re-rung by the sweeper.
-
-A campaign worker lowers its own CPU priority (`RATCHET_CAMPAIGN_NICE`, 10 by default):
-replies never wait for a campaign's slot or queue, and on a host whose cores a backlog
-keeps busy this makes them not wait for its CPU either. The kernel still gives a niced
-process the cores nobody else wants, so a campaign alone sends as fast as before.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 
-from flask import current_app
 from rq import SimpleWorker
 
 from jobs.queues import get_queue, get_redis
@@ -27,18 +20,8 @@ log = logging.getLogger(__name__)
 
 def run_worker(lane: str, *, burst: bool = False) -> bool:
     """Work the lane's queue until SIGTERM (or, with `burst`, until it is empty)."""
-    if lane == "campaign":
-        lower_priority(current_app.config["RATCHET"].campaign_nice)
     worker = SimpleWorker([get_queue(lane)], connection=get_redis())
     # The scheduler moves retries rung for a later time (`enqueue_at`) onto the queue.
     # RQ's own per-job lines at WARNING: the log a person reads is the drains' one line
     # per send outcome (message, attempt, identity, lane, what happened).
     return bool(worker.work(burst=burst, with_scheduler=True, logging_level="WARNING"))
-
-
-def lower_priority(niceness: int) -> None:
-    """Raise this process's niceness to `niceness` (never lowers it: that needs root)."""
-    current = os.getpriority(os.PRIO_PROCESS, 0)
-    if niceness > current:
-        os.nice(niceness - current)
-        log.info("campaign worker running at niceness %s (RATCHET_CAMPAIGN_NICE)", niceness)

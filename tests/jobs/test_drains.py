@@ -19,7 +19,6 @@ import pytest
 from redis import Redis
 from sqlalchemy import func, select
 
-from app.config import Config, ConfigError
 from app.models import Identity, Message
 from app.repo.messages import NewMessage, create_message
 from jobs.drain import ring_identity
@@ -288,27 +287,3 @@ def test_a_redis_flush_mid_drain_loses_nothing(env: Env, cluster: Cluster) -> No
     wait_until(lambda: finished(env, ids) == len(ids))
     per_message = Counter(a["to"] for a in env.accepted(number))
     assert len(per_message) == len(ids) and max(per_message.values()) == 1
-
-
-def test_campaign_workers_yield_the_cpu_to_reply_workers(cluster: Cluster) -> None:
-    """A campaign worker lowers its own priority (RATCHET_CAMPAIGN_NICE, 10): on cores a
-    backlog keeps busy, a reply's work is scheduled first. A reply worker keeps ours."""
-    ours = os.getpriority(os.PRIO_PROCESS, 0)
-    cluster.start(campaign=1, reply=1, sweeper=False)
-    campaign, reply = cluster.processes["campaign0"], cluster.processes["reply0"]
-    deadline = time.monotonic() + 30  # the worker lowers it once started: wait for that
-    while os.getpriority(os.PRIO_PROCESS, campaign.pid) != max(ours, 10):
-        assert campaign.poll() is None, (cluster.logs / "campaign0.log").read_text()
-        assert time.monotonic() < deadline, "the campaign worker never lowered its priority"
-        time.sleep(0.1)
-    time.sleep(0.5)  # the reply worker has had as long to start
-    assert reply.poll() is None
-    assert os.getpriority(os.PRIO_PROCESS, reply.pid) == ours
-
-
-def test_a_campaign_niceness_out_of_range_is_refused_at_start() -> None:
-    with pytest.raises(ConfigError, match="RATCHET_CAMPAIGN_NICE must be 0"):
-        Config.from_env({"SECRET_KEY": SECRET_KEY, "RATCHET_CAMPAIGN_NICE": "25"})
-    assert (
-        Config.from_env({"SECRET_KEY": SECRET_KEY, "RATCHET_CAMPAIGN_NICE": "0"}).campaign_nice == 0
-    )
