@@ -71,8 +71,9 @@ from app.repo.matching import (
     record_provider_id,
 )
 from app.repo.messages import Transition, apply_status, parse_correlation_id
+from app.repo.sql import is_postgresql
 from app.repo.watermarks import messages_under_watermark
-from app.repo.webhook_sql import apply_by_provider_id, is_postgresql, record_one_status
+from app.repo.webhook_sql import apply_by_provider_id, record_one_status
 from app.repo.windows import open_window
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from app.repo.claims import Claim
 from app.repo.events import append_event, note_worker_event
 from app.repo.identities import get_identity, is_stale_for, pause_identity
 from app.repo.messages import Transition, apply_status
-from app.repo.sql import rows_changed
+from app.repo.sql import is_postgresql, rows_changed
 
 
 def take_verdict(session: Session, message_id: int, now: datetime) -> Transition | None:
@@ -331,8 +331,7 @@ def accept_at_once(
     then the statuses parked for the id, looked up under the row lock the statement took
     (as `record_accepted` does); None when it did not apply (or on SQLite): then
     `finish_attempt` and `record_accepted` record it, as they always did."""
-    bind = session.get_bind()
-    if bind.dialect.name != "postgresql":
+    if not is_postgresql(session):
         return None
     row = session.execute(
         _accept_statement(had_unknown),

@@ -9,6 +9,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 
+def is_postgresql(session: Session) -> bool:
+    """The session's database is PostgreSQL (the fast paths' single statements need it)."""
+    return session.get_bind().dialect.name == "postgresql"
+
+
 def insert_ignoring_conflict(
     session: Session,
     table: Table | Any,

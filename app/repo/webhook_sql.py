@@ -65,10 +65,6 @@ def _word(word: str) -> Any:
     return literal_column(f"'{word}'", String)
 
 
-def is_postgresql(session: Session) -> bool:
-    return session.get_bind().dialect.name == "postgresql"
-
-
 # The raw delivery and its one status ------------------------------------------------
 
 
