@@ -73,6 +73,30 @@ class StoredStatus:
     payload: dict[str, Any]
 
 
+def status_payload(status: IncomingStatus) -> dict[str, Any]:
+    """What a status row keeps of the provider's words beside its columns."""
+    return {
+        "raw": status.raw,
+        "errors": list(status.errors),
+        "failure_class": status.failure_class,
+    }
+
+
+def stored_status(status_id: int, status: IncomingStatus, payload: dict[str, Any]) -> StoredStatus:
+    """The row just inserted for `status`, as the reconciler reads it (no read back)."""
+    return StoredStatus(
+        id=status_id,
+        identity_id=status.identity_id,
+        provider=status.provider,
+        provider_message_id=status.provider_message_id,
+        status=status.status,
+        provider_time=status.provider_time,
+        correlation_id=status.correlation_id,
+        dedupe_key=status.dedupe_key,
+        payload=payload,
+    )
+
+
 _statuses = cast(Table, WebhookStatus.__table__)
 _deliveries = cast(Table, WebhookDelivery.__table__)
 
@@ -142,11 +166,7 @@ def store_new_statuses(
         status = statuses[index]
         unmatched = status.identity_id is None
         dedupe_key = status.dedupe_key
-        payload = {
-            "raw": status.raw,
-            "errors": list(status.errors),
-            "failure_class": status.failure_class,
-        }
+        payload = status_payload(status)
         status_id = insert_ignoring_conflict(
             session,
             _statuses,
@@ -172,17 +192,7 @@ def store_new_statuses(
         if status_id is None:
             duplicates += 1
         elif not unmatched:
-            new[index] = StoredStatus(
-                id=status_id,
-                identity_id=status.identity_id,
-                provider=status.provider,
-                provider_message_id=status.provider_message_id,
-                status=status.status,
-                provider_time=status.provider_time,
-                correlation_id=status.correlation_id,
-                dedupe_key=dedupe_key,
-                payload=payload,
-            )
+            new[index] = stored_status(status_id, status, payload)
     return [new[index] for index in sorted(new)], duplicates
 
 

@@ -49,7 +49,7 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import TIMESTAMP_FIELD, Refusal, Source, Status, decide
 from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
-from app.repo.inbox import IncomingStatus, Result, StoredStatus
+from app.repo.inbox import IncomingStatus, Result, StoredStatus, status_payload, stored_status
 
 _messages = cast(Table, Message.__table__)
 _events = cast(Table, MessageEvent.__table__)
@@ -126,11 +126,7 @@ def record_one_status(
     """Insert the raw delivery and its one status (under a known identity) in one
     statement: (the delivery's id, the stored status to apply, or None: a duplicate)."""
     assert status.identity_id is not None
-    payload = {
-        "raw": status.raw,
-        "errors": list(status.errors),
-        "failure_class": status.failure_class,
-    }
+    payload = status_payload(status)
     dedupe_key = status.dedupe_key
     delivery_id, status_id = session.execute(
         _RECORD,
@@ -153,18 +149,7 @@ def record_one_status(
     ).one()
     if status_id is None:
         return int(delivery_id), None
-    stored = StoredStatus(
-        id=status_id,
-        identity_id=status.identity_id,
-        provider=status.provider,
-        provider_message_id=status.provider_message_id,
-        status=status.status,
-        provider_time=status.provider_time,
-        correlation_id=status.correlation_id,
-        dedupe_key=dedupe_key,
-        payload=payload,
-    )
-    return int(delivery_id), stored
+    return int(delivery_id), stored_status(status_id, status, payload)
 
 
 # One status matched by its provider id, applied ------------------------------------
