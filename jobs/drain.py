@@ -26,7 +26,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -118,12 +118,23 @@ class Drain:
     clock: Callable[[], datetime] = utcnow
     monotonic: Callable[[], float] = time.monotonic
     outcomes: Counter[str] = field(default_factory=Counter)
+    # The threads that call the provider, kept for the whole run: starting a pool's threads
+    # for every batch cost more CPU than one send's log line.
+    _calls: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
 
     @property
     def lease_ms(self) -> int:
         return int(self.config.drain_lease_seconds * 1000)
 
     def run(self, token: str) -> str:
+        try:
+            return self._run(token)
+        finally:
+            if self._calls is not None:
+                self._calls.shutdown(wait=True)
+                self._calls = None
+
+    def _run(self, token: str) -> str:
         started = self.monotonic()
         again: datetime | None = None
         now_again = False
@@ -263,10 +274,23 @@ class Drain:
                     ):
                         log.info("%s", prepared[0], extra={"outcome": "no call"})
         if batch:
-            workers = max(1, min(self.config.drain_concurrency, len(batch)))
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                for outcome, _ in pool.map(self._send, batch):
+            if self._calls is None:
+                self._calls = ThreadPoolExecutor(
+                    max_workers=max(1, self.config.drain_concurrency),
+                    thread_name_prefix=f"drain-{self.identity_id}-{self.lane}",
+                )
+            calls = [self._calls.submit(self._send, prepared) for prepared in batch]
+            try:
+                for call in calls:
+                    outcome, _ = call.result()
                     self.outcomes[outcome.split(" ", 1)[0].rstrip(":")] += 1
+            except BaseException:
+                # The database or Redis went away: no call not yet begun is made (its claim
+                # lapses and it is due again), and the step ends only when those begun have.
+                for call in calls:
+                    call.cancel()
+                wait(calls)
+                raise
         return _Step()
 
     def _send(self, prepared: Prepared) -> tuple[str, object]:
