@@ -210,3 +210,23 @@ def test_a_poll_that_left_before_an_action_cannot_overwrite_the_cookie_holding_i
     page = client.get("/identities")
     assert "campaign lane paused" in page.get_data(as_text=True)
     assert "Set-Cookie" in client.get("/").headers
+
+
+def test_the_machine_facing_routes_never_read_or_slide_a_staff_members_session(
+    client: FlaskClient, db: Database, tenants: Tenants
+) -> None:
+    """A provider's webhook and a tenant's API call are authenticated by signature or key:
+    a dashboard cookie sent along is not read (nor is it signed again), so it neither
+    signs them in nor keeps the session alive."""
+    make_staff(db, "ops@acme.test", "operator", tenants.acme.tenant_id)
+    sign_in(client, "ops@acme.test")
+    assert "Set-Cookie" in client.get("/").headers  # a person's page slides the session
+
+    api = client.get("/v1/messages/1")
+    assert api.status_code == 401
+    webhook = client.post(
+        "/webhooks/whatsapp", data=b"{}", headers={"Content-Type": "application/json"}
+    )
+    assert webhook.status_code == 400
+    for response in (api, webhook):
+        assert "Set-Cookie" not in response.headers
