@@ -29,6 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from flask import current_app
 from redis import Redis
@@ -48,7 +49,7 @@ from app.models import Message
 from app.providers.base import FailureClass, SendResult
 from app.repo.claims import claim_batch, earliest_due, is_due, lane_paused
 from app.repo.identities import get_identity
-from app.repo.sending import take_verdict
+from app.repo.sending import insert_attempts, take_verdict
 from jobs.pacing import Pacer, Rates
 from jobs.queues import (
     clear_dirty,
@@ -249,6 +250,7 @@ class Drain:
             }
             credentials = credentials_for(self.box, identity, self.config.public_base_url)
             batch: list[Prepared] = []
+            attempt_rows: list[dict[str, Any]] = []
             for claim in claims:
                 prepared = prepare(
                     session,
@@ -259,7 +261,7 @@ class Drain:
                     claimed_mono,
                     now,
                     message=loaded[claim.message_id],
-                    flush=False,
+                    attempt_rows=attempt_rows,
                     credentials=credentials,
                 )
                 if isinstance(prepared, Prepared):
@@ -273,6 +275,7 @@ class Drain:
                         lane=self.lane,
                     ):
                         log.info("%s", prepared[0], extra={"outcome": "no call"})
+            insert_attempts(session, attempt_rows)
         if batch:
             if self._calls is None:
                 self._calls = ThreadPoolExecutor(

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from flask import current_app
 from sqlalchemy.orm import Session
@@ -188,14 +189,14 @@ def prepare(
     now: datetime,
     *,
     message: Message | None = None,
-    flush: bool = True,
+    attempt_rows: list[dict[str, Any]] | None = None,
     credentials: Credentials | None = None,
 ) -> Prepared | tuple[str, tuple[str, datetime] | None]:
     """Inside the claim's transaction: the attempt row and what the call needs, or the
     outcome already decided (a re-claim after an expired lease makes no call).
 
     A drain passes the `message` it loaded with its batch, read after the claim,
-    `flush=False` so the batch's attempt rows go in one INSERT, and the identity's
+    `attempt_rows` to gather the batch's attempt rows for one INSERT, and the identity's
     `credentials`, decrypted once for the batch."""
     message = message or get_message(session, claim.message_id)
     assert message is not None
@@ -232,7 +233,7 @@ def prepare(
             (message.lane, plan.at),
         )
     key = provider_key_for(message.id, message.provider_key_cycle, message.fingerprint)
-    start_attempt(session, claim, key, now, flush=flush)
+    start_attempt(session, claim, key, now, rows=attempt_rows)
     return Prepared(
         claim=claim,
         claimed_mono=claimed_mono,
