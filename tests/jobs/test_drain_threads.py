@@ -37,10 +37,9 @@ def test_a_drain_sends_every_batch_from_the_same_threads_and_stops_them_when_it_
     config = dataclasses.replace(env.config, drain_batch=3, drain_concurrency=2)
     prefix = f"drain-{identity_id}-campaign"
 
+    drain = Drain(env.db, env.box, config, redis, Pacer(redis), identity_id, "campaign")
     with caplog.at_level(logging.INFO, logger="jobs.drain"):
-        summary = Drain(
-            env.db, env.box, config, redis, Pacer(redis), identity_id, "campaign"
-        ).run("threads")
+        summary = drain.run("threads")
 
     assert "9 accepted" in summary
     assert [env.message(i).status for i in ids] == ["sent"] * 9
