@@ -276,11 +276,7 @@ class Drain:
                     ):
                         log.info("%s", prepared[0], extra={"outcome": "no call"})
             insert_attempts(session, attempt_rows)
-        if len(batch) == 1:
-            # One call (a reply, usually): made here, without a thread to hand it to.
-            outcome, _ = self._send(batch[0])
-            self.outcomes[outcome.split(" ", 1)[0].rstrip(":")] += 1
-        elif batch:
+        if batch:
             if self._calls is None:
                 self._calls = ThreadPoolExecutor(
                     max_workers=max(1, self.config.drain_concurrency),

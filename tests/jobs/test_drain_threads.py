@@ -50,24 +50,3 @@ def test_a_drain_sends_every_batch_from_the_same_threads_and_stops_them_when_it_
     assert all(name.startswith(prefix) for name in senders), senders
     assert len(set(senders)) <= config.drain_concurrency, senders
     assert not [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
-
-
-def test_a_batch_of_one_is_sent_from_the_drains_own_thread(
-    env: Env, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A reply usually goes alone: its call is made where the drain runs, with no thread
-    started or woken to make it."""
-    number = env.number(statuses=[])
-    identity_id = number["identity_id"]
-    message_id = env.send(number, "15557200001", lane="reply")
-    redis = env.app.extensions["ratchet.redis"]
-    redis.set(drain_keys(identity_id, "reply")[0], "one", px=60_000)
-    drain = Drain(env.db, env.box, env.config, redis, Pacer(redis), identity_id, "reply")
-    with caplog.at_level(logging.INFO, logger="jobs.drain"):
-        summary = drain.run("one")
-
-    assert "1 accepted" in summary
-    assert env.message(message_id).status == "sent"
-    assert len(env.accepted(number)) == 1
-    senders = [r.threadName for r in caplog.records if r.getMessage().startswith("accepted")]
-    assert senders == [threading.current_thread().name]
