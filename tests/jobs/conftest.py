@@ -18,12 +18,13 @@ from typing import Any
 import httpx
 import pytest
 from flask import Flask
+from sqlalchemy import update
 from werkzeug.serving import make_server
 
 from app.clock import utcnow
 from app.crypto import SecretBox
 from app.db import Database
-from app.models import Message
+from app.models import Identity, Message
 from app.repo.identities import create_identity
 from app.repo.tenants import create_tenant
 from jobs.send import send_one
@@ -91,6 +92,13 @@ class Env:
                 now=self.now,
             )
         return {"phone_number_id": phone_number_id, "identity_id": identity.id, "api_key": key}
+
+    def set_rates(self, number: dict[str, Any], **rates: float) -> None:
+        """Set the identity's pacing rates (`campaign_rate=500.0, total_rate=500.0`)."""
+        with self.db.transaction() as session:
+            session.execute(
+                update(Identity).where(Identity.id == number["identity_id"]).values(**rates)
+            )
 
     def twilio_account(self, *, token: str = "twilio-auth-token", **settings: Any) -> Any:
         """A sandbox Twilio account with one sender, and the Ratchet identity that sends

@@ -9,10 +9,10 @@ import time
 from collections import Counter
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from app.clock import utcnow
-from app.models import Identity, Message
+from app.models import Message
 from app.repo.bulkplans import confirm_plan
 from app.repo.bulkpreviews import QueuedFilters, load_preview, preview_cancel
 from app.repo.bulkrun import run_chunk
@@ -31,12 +31,7 @@ def test_a_bulk_cancel_racing_a_drains_claims_ends_each_message_sent_once_or_can
 ) -> None:
     number = env.number()
     identity_id = number["identity_id"]
-    with env.db.transaction() as session:
-        session.execute(
-            update(Identity)
-            .where(Identity.id == identity_id)
-            .values(campaign_rate=500.0, total_rate=500.0)
-        )
+    env.set_rates(number, campaign_rate=500.0, total_rate=500.0)
     recipients = [f"1555700{n:04d}" for n in range(MESSAGES)]
     ids = [env.send(number, to, lane="campaign") for to in recipients]
     with env.db.transaction() as session:

@@ -9,9 +9,7 @@ import logging
 import threading
 
 import pytest
-from sqlalchemy import update
 
-from app.models import Identity
 from jobs.drain import Drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys
@@ -24,12 +22,7 @@ def test_a_drain_sends_every_batch_from_the_same_threads_and_stops_them_when_it_
 ) -> None:
     number = env.number(statuses=[])
     identity_id = number["identity_id"]
-    with env.db.transaction() as session:
-        session.execute(
-            update(Identity)
-            .where(Identity.id == identity_id)
-            .values(campaign_rate=500.0, total_rate=500.0)
-        )
+    env.set_rates(number, campaign_rate=500.0, total_rate=500.0)
     ids = [env.send(number, f"1555710{n:04d}", lane="campaign") for n in range(9)]
     redis = env.app.extensions["ratchet.redis"]
     redis.set(drain_keys(identity_id, "campaign")[0], "threads", px=60_000)
