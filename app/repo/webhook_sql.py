@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    Select,
     String,
     Table,
     bindparam,
@@ -168,6 +169,23 @@ class Applied:
     moved: int  # message rows the move (or a late status's timestamp) changed
 
 
+def match_by_provider_id() -> Select[Any]:
+    """The message of an identity with a provider id, locked: where applying a status
+    starts. One index scan (`ix_messages_provider_message_id_identity`), however many
+    messages the identity has."""
+    return (
+        select(_messages.c.id, _messages.c.cycle, _messages.c.status)
+        .where(
+            _messages.c.identity_id == bindparam("identity_id_"),
+            _messages.c.provider_message_id == bindparam("provider_message_id_"),
+        )
+        # One row, as the step-by-step lookup takes its first: the scalar subqueries of the
+        # apply read it. (No ORDER BY: that could lead the planner to walk the primary key.)
+        .limit(1)
+        .with_for_update()
+    )
+
+
 def _build_apply(target: Status, extra: tuple[str, ...]) -> Any:
     stamp = TIMESTAMP_FIELD[target]
     decisions = {current: decide(Source.WEBHOOK, current, target) for current in Status}
@@ -177,18 +195,7 @@ def _build_apply(target: Status, extra: tuple[str, ...]) -> Any:
     }
     fills = [current.value for current, d in decisions.items() if d.fills_own_timestamp]
 
-    cur = (
-        select(_messages.c.id, _messages.c.cycle, _messages.c.status)
-        .where(
-            _messages.c.identity_id == bindparam("identity_id_"),
-            _messages.c.provider_message_id == bindparam("provider_message_id_"),
-        )
-        # One row, as the step-by-step lookup takes its first: the scalar subqueries below
-        # read it. (No ORDER BY: that could lead the planner to walk the primary key.)
-        .limit(1)
-        .with_for_update()
-        .cte("cur")
-    )
+    cur = match_by_provider_id().cte("cur")
     event_values = {
         "message_id": cur.c.id,
         "cycle": cur.c.cycle,
