@@ -150,9 +150,7 @@ class Message(Base):
         # The queue's questions: due work and its oldest age, per identity and lane.
         Index("ix_messages_due", "identity_id", "lane", "status", "next_attempt_at"),
         Index("ix_messages_queued_age", "identity_id", "lane", "status", "queued_at"),
-        # A status's match: its identity and provider id in one index scan (and the
-        # provider id alone, for search).
-        Index("ix_messages_provider_message_id_identity", "provider_message_id", "identity_id"),
+        Index("ix_messages_provider_message_id", "provider_message_id"),
         Index("ix_messages_correlation_id", "correlation_id", unique=True),
         Index("ix_messages_status_failed_at", "status", "failed_at"),
         # Dead letters, actionable first: the rank is a value in SQL, set when it fails.

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
 from app.models import Attempt, Message
+from app.repo.sql import unindexed
 
 _messages = cast(Table, Message.__table__)
 _attempts = cast(Table, Attempt.__table__)
@@ -58,8 +59,9 @@ def _select_locked(*where: Any) -> Any:
 
 
 # Built once, with bound parameters: the webhook's hot path runs them for every status.
+# The identity is compared unindexed: the provider id's index must drive (see `unindexed`).
 _BY_PROVIDER_ID = _select_locked(
-    _messages.c.identity_id == bindparam("identity_id_"),
+    unindexed(_messages.c.identity_id) == bindparam("identity_id_"),
     _messages.c.provider_message_id == bindparam("provider_message_id_"),
 )
 _OF_IDENTITY = _select_locked(
@@ -71,7 +73,7 @@ _BY_ATTEMPT = (
     .join(_messages, _messages.c.id == _attempts.c.message_id)
     .where(
         _attempts.c.provider_message_id == bindparam("provider_message_id_"),
-        _messages.c.identity_id == bindparam("identity_id_"),
+        unindexed(_messages.c.identity_id) == bindparam("identity_id_"),
     )
     .order_by(_attempts.c.cycle.desc())
     .limit(1)

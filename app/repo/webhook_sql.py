@@ -51,6 +51,7 @@ from sqlalchemy.orm import Session
 from app.lifecycle import TIMESTAMP_FIELD, Refusal, Source, Status, decide
 from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
 from app.repo.inbox import IncomingStatus, Result, StoredStatus, status_payload, stored_status
+from app.repo.sql import unindexed
 
 _messages = cast(Table, Message.__table__)
 _events = cast(Table, MessageEvent.__table__)
@@ -171,12 +172,12 @@ class Applied:
 
 def match_by_provider_id() -> Select[Any]:
     """The message of an identity with a provider id, locked: where applying a status
-    starts. One index scan (`ix_messages_provider_message_id_identity`), however many
-    messages the identity has."""
+    starts. Found through the provider id's index, however many messages the identity
+    has (see `unindexed`)."""
     return (
         select(_messages.c.id, _messages.c.cycle, _messages.c.status)
         .where(
-            _messages.c.identity_id == bindparam("identity_id_"),
+            unindexed(_messages.c.identity_id) == bindparam("identity_id_"),
             _messages.c.provider_message_id == bindparam("provider_message_id_"),
         )
         # One row, as the step-by-step lookup takes its first: the scalar subqueries of the
