@@ -31,7 +31,9 @@ def test_a_bulk_cancel_racing_a_drains_claims_ends_each_message_sent_once_or_can
 ) -> None:
     number = env.number()
     identity_id = number["identity_id"]
-    env.set_rates(number, campaign_rate=500.0, total_rate=500.0)
+    # Paced so that the drain cannot send all of them before the cancel starts (unpaced, a
+    # fast drain sometimes did, and then nothing raced), yet claims go on while it runs.
+    env.set_rates(number, campaign_rate=20.0, total_rate=20.0)
     recipients = [f"1555700{n:04d}" for n in range(MESSAGES)]
     ids = [env.send(number, to, lane="campaign") for to in recipients]
     with env.db.transaction() as session:
