@@ -12,13 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import text, update
+from sqlalchemy import insert, text, update
 
 from app.db import Database
-from app.models import Message
+from app.models import Message, WebhookDelivery, WebhookStatus
+from app.repo.inbox import _PARKED  # the parked statuses' lookup
 from app.repo.matching import _BY_PROVIDER_ID  # the step-by-step lookup
 from app.repo.webhook_sql import match_by_provider_id
 
+from ..conftest import T0
 from ..factories import make_message, make_world
 
 MESSAGES = 1500
@@ -83,4 +85,54 @@ def test_a_status_finds_its_message_without_reading_the_rest_of_the_identity(
     assert scans, plan
     assert all(kind != "Seq Scan" for kind, _, _ in scans), scans
     # The wanted message, and at most the few others sharing its provider id.
+    assert sum(rows for _, _, rows in scans) <= 5, scans
+
+
+def test_an_accepted_send_finds_its_parked_statuses_without_reading_everyone_elses(
+    db: Database,
+) -> None:
+    """Other senders' statuses on a shared number stay parked for days: the lookup each
+    accepted send makes reads the ones for its provider id, not every unapplied one."""
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("the plan checked is PostgreSQL's")
+    world = make_world(db)
+    with db.transaction() as session:
+        delivery_id = session.execute(
+            insert(WebhookDelivery)
+            .values(
+                provider="whatsapp",
+                identity_id=world.identity_id,
+                headers={},
+                body="{}",
+                received_at=T0,
+            )
+            .returning(WebhookDelivery.id)
+        ).scalar_one()
+        session.execute(
+            insert(WebhookStatus),
+            [
+                {
+                    "delivery_id": delivery_id,
+                    "provider": "whatsapp",
+                    "identity_id": world.identity_id,
+                    "dedupe_key": f"parked-{n}",
+                    "provider_message_id": f"wamid.elsewhere.{n}",
+                    "status": "delivered",
+                    "received_at": T0,
+                    "payload": {},
+                    "result": "parked",
+                }
+                for n in range(MESSAGES)
+            ],
+        )
+        statement = _PARKED.params(
+            identity_id_=world.identity_id, provider_message_id_="wamid.elsewhere.7"
+        )
+        sql = statement.compile(db.engine, compile_kwargs={"literal_binds": True})
+        assert len(session.execute(statement).all()) == 1
+        plan = session.execute(text(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")).scalar_one()
+
+    scans = rows_read(plan[0]["Plan"])
+    assert scans, plan
+    # The one status with that provider id (and the identity's row, for its provider).
     assert sum(rows for _, _, rows in scans) <= 5, scans
