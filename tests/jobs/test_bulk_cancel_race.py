@@ -18,7 +18,7 @@ from app.repo.bulkpreviews import QueuedFilters, load_preview, preview_cancel
 from app.repo.bulkrun import run_chunk
 from jobs.drain import Drain
 from jobs.pacing import Pacer
-from jobs.queues import drain_keys
+from jobs.queues import drain_keys, get_queue
 
 from .conftest import Env
 
@@ -55,6 +55,9 @@ def test_a_bulk_cancel_racing_a_drains_claims_ends_each_message_sent_once_or_can
     redis.set(drain_keys(identity_id, "campaign")[0], "race", px=60_000)
     # Small batches: the drain claims a few at a time, so claims and cancels interleave.
     config = dataclasses.replace(env.config, drain_batch=4)
+    # The API rang a drain job no worker will run: with it queued, a drain short of a pacing
+    # slot would hand its worker back instead of waiting, and stop.
+    get_queue("campaign", redis).empty()
     drain = Drain(env.db, env.box, config, redis, Pacer(redis), identity_id, "campaign")
     errors: list[BaseException] = []
 
@@ -91,6 +94,7 @@ def test_a_bulk_cancel_racing_a_drains_claims_ends_each_message_sent_once_or_can
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
+    assert not [thread for thread in threads if thread.is_alive()], "a side hung"
     assert not errors, errors
     # Whatever the drain had claimed and not finished goes on: let it end.
     redis.set(drain_keys(identity_id, "campaign")[0], "after", px=60_000)
