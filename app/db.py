@@ -9,7 +9,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from flask import Flask, current_app, g
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -75,6 +75,7 @@ class Database:
         self.sessions = sessionmaker(self.engine, expire_on_commit=False, info=self.info)
         self.bound = False
         self.pinned_session: Session | None = None
+        self.pinned_connection: Connection | None = None
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -89,6 +90,43 @@ class Database:
             return
         with self.sessions() as session, session.begin():
             yield session
+
+    @property
+    def postgresql(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
+
+    @contextmanager
+    def autocommit(self) -> Iterator[Connection | Session]:
+        """One statement that is a whole unit of work by itself, committed as it runs.
+
+        PostgreSQL commits a statement sent outside a transaction on its own, atomically:
+        no BEGIN and no COMMIT, two round trips fewer than `transaction()`. Only for a
+        single statement (several would each commit alone, and a failure would not undo
+        the ones before it), and one that, where it must not stand, fails itself (see
+        `ratchet_abort`, migration 0010). SQLite and a test's bound database (savepoints
+        in its outer transaction) get an ordinary `transaction()`.
+        """
+        if self.bound or not self.postgresql:
+            with self.transaction() as session:
+                yield session
+            return
+        with ExitStack() as stack:
+            connection = self.pinned_connection or stack.enter_context(self.engine.connect())
+            # psycopg's own switch, set and always set back here: SQLAlchemy's
+            # `isolation_level="AUTOCOMMIT"` option does the same for several times the CPU
+            # (a sixth of a webhook's, both ways), and its transactions stay as they were.
+            driver = connection.connection.driver_connection
+            assert driver is not None and not driver.autocommit
+            driver.autocommit = True
+            try:
+                yield connection
+                connection.commit()  # ends SQLAlchemy's own record of it; nothing is sent
+            except BaseException:
+                connection.rollback()
+                raise
+            finally:
+                if not driver.closed:
+                    driver.autocommit = False
 
     @contextmanager
     def one_connection(self) -> Iterator[Database]:
@@ -106,6 +144,7 @@ class Database:
             # One session for the block, closed after each unit of work: building a session
             # (its event dispatch) cost more CPU than a statement on the webhook's path.
             pinned.pinned_session = Session(bind=connection, expire_on_commit=False, info=self.info)
+            pinned.pinned_connection = connection
             try:
                 yield pinned
             finally:

@@ -26,8 +26,8 @@ the raw delivery alone. The sweeper replays unapplied statuses through `apply_we
 On PostgreSQL the common case takes a shorter road with the same steps
 (`app/repo/webhook_sql.py`): one status of a known number is recorded with its raw delivery
 in one statement, and a status whose provider id names a message is applied (1a, 3, 5 and 6)
-in one more; anything else, or a status that statement finds no message for, goes step by
-step.
+in one more, each committed by itself (no BEGIN, no COMMIT); anything else, or a status
+that statement finds no message for, goes step by step in transactions.
 
 Lock order, everywhere: the message row first, then the status row. The worker that
 records a provider id holds the message row and then applies the parked statuses; a status
@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
@@ -54,6 +55,7 @@ from app.repo.events import append_event
 from app.repo.inbox import (
     IncomingStatus,
     Result,
+    StatusTakenError,
     StoredStatus,
     claim_and_finish_status,
     claim_status,
@@ -175,25 +177,10 @@ def record_delivery(
     delivery in one statement.
     """
     inbound = list(inbound)
-    single = len(statuses) == 1 and not inbound and statuses[0].identity_id is not None
-    if single and is_postgresql(session):
+    if recorded_in_one_statement(statuses, inbound) and is_postgresql(session):
         # The common case, one status of a known number: one statement on PostgreSQL.
-        try:
-            delivery_id, stored = record_one_status(
-                session,
-                provider=provider,
-                identity_id=identity_id,
-                headers=headers,
-                body=body,
-                now=now,
-                status=statuses[0],
-            )
-        except REFUSALS as exc:
-            raw = RawDelivery(provider, identity_id, headers, body, now)
-            raise StatusesRefusedError(_reason(exc), raw) from exc
-        if stored is None:
-            return Recorded(delivery_id, duplicates=1)
-        return Recorded(delivery_id, to_apply=[stored])
+        raw = RawDelivery(provider, identity_id, headers, body, now)
+        return record_single_status(session, raw, statuses[0])
     delivery_id = store_delivery(session, provider, identity_id, headers, body, now)
     recorded = Recorded(delivery_id)
     if not statuses and not inbound:
@@ -212,6 +199,38 @@ def record_delivery(
     return recorded
 
 
+def record_single_status(
+    session: Session | Connection, raw: RawDelivery, status: IncomingStatus
+) -> Recorded:
+    """`record_delivery` of a delivery that is one status of a known number and nothing
+    else, in one statement (PostgreSQL), so it may run as a transaction of its own
+    (`Database.autocommit`). Raises `StatusesRefusedError` as `record_delivery` does."""
+    try:
+        delivery_id, stored = record_one_status(
+            session,
+            provider=raw.provider,
+            identity_id=raw.identity_id,
+            headers=raw.headers,
+            body=raw.body,
+            now=raw.now,
+            status=status,
+        )
+    except REFUSALS as exc:
+        raise StatusesRefusedError(_reason(exc), raw) from exc
+    if stored is None:
+        return Recorded(delivery_id, duplicates=1)
+    return Recorded(delivery_id, to_apply=[stored])
+
+
+def recorded_in_one_statement(
+    statuses: Sequence[IncomingStatus], inbound: Sequence[InboundMessage]
+) -> bool:
+    """A delivery `record_delivery` stores in one statement on PostgreSQL (so it may run
+    as a transaction of its own, `Database.autocommit`): one status of a known number and
+    nothing else, WhatsApp's usual delivery."""
+    return len(statuses) == 1 and not inbound and statuses[0].identity_id is not None
+
+
 def _reason(exc: DBAPIError) -> str:
     return str(exc.orig) if exc.orig else str(exc)
 
@@ -227,8 +246,7 @@ def apply_recorded(db: Database, recorded: Recorded, now: datetime) -> dict[str,
         counts[Result.UNMATCHED] = recorded.unmatched
     for status in recorded.to_apply:
         try:
-            with db.transaction() as session:
-                result = apply_stored_status(session, status, now, own_transaction=True)
+            result = apply_on_its_own(db, status, now)
         except StatusTakenError:
             result = Result.DUPLICATE  # another applier finished it first; ours rolled back
         except Exception:
@@ -238,6 +256,23 @@ def apply_recorded(db: Database, recorded: Recorded, now: datetime) -> dict[str,
             result = "unapplied"
         counts[result] = counts.get(result, 0) + 1
     return counts
+
+
+def apply_on_its_own(db: Database, status: StoredStatus, now: datetime) -> str:
+    """One stored status in a transaction of its own (the caller counts `StatusTakenError`).
+
+    On PostgreSQL a status that moves a message and names a provider id is first tried as
+    the one statement (`apply_matched_by_provider_id`), committed by itself with no BEGIN
+    or COMMIT around it; it undoes itself where it must not stand. Where it finds no
+    message, nothing was written, and the steps run in a transaction.
+    """
+    if db.postgresql and one_statement_applies(status):
+        with db.autocommit() as connection:
+            done = apply_matched_by_provider_id(connection, status, now)
+        if done is not None:
+            return done
+    with db.transaction() as session:
+        return apply_stored_status(session, status, now, own_transaction=True)
 
 
 def apply_webhook_status(session: Session, status_id: int, now: datetime) -> str:
@@ -266,10 +301,6 @@ class Stale:
     message_id: int
 
 
-class StatusTakenError(Exception):
-    """Another applier finished this status while we applied it: roll ours back."""
-
-
 def apply_stored_status(
     session: Session, status: StoredStatus, now: datetime, *, own_transaction: bool = False
 ) -> str:
@@ -295,10 +326,6 @@ def apply_stored_status(
             return record(now, Result.UNMATCHED, None)
         return Result.UNMATCHED
 
-    if own_transaction:
-        fast = apply_matched_by_provider_id(session, status, now)
-        if fast is not None:
-            return fast
     found = match(session, status, now)  # 1 and 2: locks the message, adopts the id
     if not own_transaction and not claim_status(session, status.id):  # 3
         return Result.DUPLICATE
@@ -322,31 +349,30 @@ def apply_stored_status(
     return record(now, result_of(transition), found.message.id)  # 6
 
 
+def one_statement_applies(status: StoredStatus) -> bool:
+    """The status moves a message and names a provider id of a known identity."""
+    return (
+        status.status in PROVIDER_WORDS
+        and status.identity_id is not None
+        and status.provider_message_id is not None
+    )
+
+
 def apply_matched_by_provider_id(
-    session: Session, status: StoredStatus, now: datetime
+    session: Session | Connection, status: StoredStatus, now: datetime
 ) -> str | None:
     """Steps 1a, 3, 5 and 6 in one statement on PostgreSQL, for a status (in a transaction
-    of its own) that moves a message and names a provider id: None (nothing done) when
-    that is not the case or no message of its identity has the id, and the caller goes
-    step by step. Raises `StatusTakenError` as `record` does."""
-    target = PROVIDER_WORDS.get(status.status)
-    if (
-        target is None
-        or status.identity_id is None
-        or status.provider_message_id is None
-        or not is_postgresql(session)
-    ):
+    of its own, or as one) that moves a message and names a provider id: None (nothing
+    done) when that is not the case or no message of its identity has the id, and the
+    caller goes step by step. Raises `StatusTakenError` as `record` does, with everything
+    the statement did undone."""
+    if not one_statement_applies(status) or not is_postgresql(session):
         return None
+    target = PROVIDER_WORDS[status.status]
     detail, extra = guard_values(status, target)
     done = apply_by_provider_id(session, status, target, now, detail=detail, extra_values=extra)
     if done is None:
         return None
-    if not done.claimed:
-        raise StatusTakenError(status.id)
-    if done.applied and done.moved != 1:
-        # Under our lock, from the state we read: a row that did not move is a bug, and
-        # rolling back (the status stays unapplied, the sweeper replays it) is the safe end.
-        raise RuntimeError(f"message {done.message_id} changed under its lock")
     transition = Transition(
         done.applied, done.from_status, target, done.refusal, duplicate=done.duplicate
     )

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from psycopg.pq import TransactionStatus
 from sqlalchemy import event, func, select
 
 from app.db import Database
@@ -185,14 +186,20 @@ def test_statuses_the_database_refuses_raise_so_the_raw_delivery_is_kept_alone(
 
 @contextmanager
 def counting(database: Database) -> Iterator[Counter[str]]:
-    """SQL statements by verb, commits, and pool checkouts, through the engine meanwhile."""
+    """SQL statements by verb, the BEGINs and COMMITs psycopg sends for them, and pool
+    checkouts, through the engine meanwhile. (A statement outside a transaction commits
+    by itself: psycopg sends no BEGIN before it, and no COMMIT after.)"""
     counts: Counter[str] = Counter()
 
     def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        driver = conn.connection.driver_connection
+        if not driver.autocommit and driver.info.transaction_status == TransactionStatus.IDLE:
+            counts["BEGIN"] += 1
         counts[statement.lstrip().split(None, 1)[0].upper()] += 1
 
     def on_commit(conn: Any) -> None:
-        counts["COMMIT"] += 1
+        if conn.connection.driver_connection.info.transaction_status != TransactionStatus.IDLE:
+            counts["COMMIT"] += 1
 
     def on_checkout(*args: Any) -> None:
         counts["checkout"] += 1
@@ -208,7 +215,7 @@ def counting(database: Database) -> Iterator[Counter[str]]:
         event.remove(database.engine.pool, "checkout", on_checkout)
 
 
-def test_a_single_status_delivery_costs_three_statements_in_two_commits_on_one_connection(
+def test_a_single_status_delivery_costs_three_statements_and_no_begin_or_commit(
     app: Flask, committed_db: Database
 ) -> None:
     # Committed for real (not the rolled-back savepoints of `db`), so commits are commits.
@@ -226,10 +233,10 @@ def test_a_single_status_delivery_costs_three_statements_in_two_commits_on_one_c
             },
         )
     assert response.get_json()["results"] == {"duplicate": 0, "applied": 1}
-    # 1. identity lookup; the raw delivery with its status (one WITH); commit. 2. match
-    # (locks the message), event, guarded update and claim-and-finish (one WITH); commit.
-    # Both on one pooled connection. (It was 11 statements in three commits, then 7 in 2
-    # on two connections.)
-    assert dict(counts) == {"SELECT": 1, "WITH": 2, "COMMIT": 2, "checkout": 1}
+    # 1. identity lookup. 2. the raw delivery with its status (one WITH). 3. match (locks
+    # the message), event, guarded update and claim-and-finish (one WITH). Each commits
+    # by itself; all on one pooled connection. (It was 11 statements in three commits,
+    # then 7 in 2 on two connections, then 3 in 2 transactions: 4 more round trips.)
+    assert dict(counts) == {"SELECT": 1, "WITH": 2, "checkout": 1}
     with committed_db.transaction() as session:
         assert session.get(Message, message_id).status == "delivered"  # type: ignore[union-attr]

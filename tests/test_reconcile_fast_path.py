@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, select, update
 
 from app import migrate
 from app.correlation import derive_key
@@ -305,6 +305,30 @@ def test_a_status_the_sweeper_finished_first_rolls_the_fast_path_back(
         ).all()
     assert events == [at(25)]
     assert outcome(db, message_id, stored.id)["message"]["status"] == "read"
+
+
+def test_a_status_finished_first_without_an_event_leaves_nothing_of_the_one_statement(
+    committed_db: Database,
+) -> None:
+    # Committed for real: the one statement then runs as a transaction of its own, with no
+    # BEGIN or COMMIT around it, and has to undo itself. Another applier finished the
+    # status first with no event under its key (as a stale or ignored status is finished).
+    world = make_world(committed_db)
+    message_id = sent_message(committed_db, world, "wamid.TAKEN")
+    recorded = record(committed_db, incoming(world, "wamid.TAKEN", "delivered", 20))
+    (stored,) = recorded.to_apply
+    with committed_db.transaction() as session:
+        session.execute(
+            update(WebhookStatus)
+            .where(WebhookStatus.id == stored.id)
+            .values(applied_at=at(25), result="ignored", tries=1)
+        )
+    assert apply_recorded(committed_db, recorded, at(30)) == {"duplicate": 1}
+    written = outcome(committed_db, message_id, stored.id)
+    # Without the statement's own undo, the event and the move would have committed.
+    assert written["message"]["status"] == "sent"
+    assert written["events"] == []
+    assert written["status"] == ("ignored", at(25), False, 1)
 
 
 RUNS = 6

@@ -308,6 +308,10 @@ def expire_parked(session: Session, now: datetime, max_age: timedelta) -> int:
     )
 
 
+class StatusTakenError(Exception):
+    """Another applier finished this status while we applied it: roll ours back."""
+
+
 def claim_and_finish_status(
     session: Session,
     status_id: int,

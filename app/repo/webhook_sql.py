@@ -1,7 +1,10 @@
 """The webhook's hot path on PostgreSQL: each of its two transactions in one statement.
 
 A single-status delivery is the common case (WhatsApp sends one status a delivery), and
-on PostgreSQL each of its transactions can be one statement with data-modifying CTEs:
+on PostgreSQL each of its transactions can be one statement with data-modifying CTEs,
+sent outside a transaction so that PostgreSQL commits it as it runs (no BEGIN, no COMMIT:
+`Database.autocommit`); where the apply finds that what it did must not stand, it calls
+`ratchet_abort` (migration 0010) and PostgreSQL undoes the whole statement:
 
     record_one_status   the raw delivery and its one status row (deduplicated by key)
     apply_by_provider_id
@@ -32,6 +35,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    Connection,
     Select,
     String,
     Table,
@@ -46,11 +50,19 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from app.lifecycle import TIMESTAMP_FIELD, Refusal, Source, Status, decide
 from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
-from app.repo.inbox import IncomingStatus, Result, StoredStatus, status_payload, stored_status
+from app.repo.inbox import (
+    IncomingStatus,
+    Result,
+    StatusTakenError,
+    StoredStatus,
+    status_payload,
+    stored_status,
+)
 from app.repo.sql import unindexed
 
 _messages = cast(Table, Message.__table__)
@@ -116,7 +128,7 @@ _RECORD = _build_record()
 
 
 def record_one_status(
-    session: Session,
+    session: Session | Connection,
     *,
     provider: str,
     identity_id: int | None,
@@ -280,6 +292,13 @@ def _build_apply(target: Status, extra: tuple[str, ...]) -> Any:
     )
     counts = [select(func.count()).select_from(move).scalar_subquery() for move in moves]
     moved: Any = counts[0] if len(counts) == 1 else counts[0] + counts[1]
+    claimed = select(func.count()).select_from(finished).scalar_subquery()
+    # The statement is its own transaction (no BEGIN, no COMMIT around it): where what it
+    # did must not stand, it fails itself, and PostgreSQL undoes all of it.
+    undo = case(
+        (claimed == literal_column("0"), func.ratchet_abort(_word(TAKEN))),
+        (event.c.applied & (moved != literal_column("1")), func.ratchet_abort(_word(UNMOVED))),
+    )
     return (
         select(
             cur.c.id,
@@ -287,20 +306,27 @@ def _build_apply(target: Status, extra: tuple[str, ...]) -> Any:
             event.c.applied,
             event.c.refusal,
             event.c.message_id.is_not(None),
-            select(func.count()).select_from(finished).scalar_subquery(),
+            claimed,
             moved,
+            undo,
         )
         .select_from(cur)
         .outerjoin(event, true())
     )
 
 
+# Why `ratchet_abort` undid an apply: another applier finished the status row first (ours
+# must roll back: `StatusTakenError`), or the move changed no row under the lock (a bug).
+TAKEN = "taken"
+UNMOVED = "unmoved"
+ABORT_SQLSTATE = "RA001"
+
 # (target, extra columns) -> the statement, built once per shape.
 _APPLY: dict[tuple[Status, tuple[str, ...]], Any] = {}
 
 
 def apply_by_provider_id(
-    session: Session,
+    session: Session | Connection,
     status: StoredStatus,
     target: Status,
     now: datetime,
@@ -314,8 +340,10 @@ def apply_by_provider_id(
     The same as `match` (by provider id), `apply_status(..., known=...)` and
     `claim_and_finish_status` of the general path: an event deduplicated by the status's
     key, written once with its outcome; the move only from a state `decide` allows; the
-    status row claimed and finished in the same compare-and-set. The caller raises on
-    `claimed` False (so the transaction rolls back) and on a move that changed no row."""
+    status row claimed and finished in the same compare-and-set. Where another applier
+    finished the status first, the statement undoes itself and this raises
+    `StatusTakenError`; a move that changed no row under the lock undoes it too, and raises
+    RuntimeError. So it may run as a transaction of its own (`Database.autocommit`)."""
     assert status.identity_id is not None and status.provider_message_id is not None
     extra = tuple(extra_values)
     statement = _APPLY.get((target, extra))
@@ -333,10 +361,17 @@ def apply_by_provider_id(
         status_id=status.id,
     )
     # (No parameter is named after a column: SQLAlchemy would add it to an UPDATE's SET.)
-    row = session.execute(statement, params).first()
+    try:
+        row = session.execute(statement, params).first()
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) != ABORT_SQLSTATE:
+            raise
+        if exc.orig.diag.message_primary == f"ratchet: {TAKEN}":  # type: ignore[union-attr]
+            raise StatusTakenError(status.id) from exc
+        raise RuntimeError(f"status {status.id}: its message changed under its lock") from exc
     if row is None:
         return None
-    message_id, from_status, applied, refusal, inserted, claimed, moved = row
+    message_id, from_status, applied, refusal, inserted, claimed, moved, _ = row
     if not inserted:
         return Applied(message_id, Status(from_status), False, Refusal.SAME, True, claimed == 1, 0)
     return Applied(

@@ -39,10 +39,13 @@ from app.providers import get_provider
 from app.providers.base import Provider, WebhookBatch, WebhookFormatError
 from app.reconcile import (
     InboundMessage,
+    RawDelivery,
     StatusesRefusedError,
     apply_recorded,
     keep_raw_delivery,
     record_delivery,
+    record_single_status,
+    recorded_in_one_statement,
     watermark_statuses,
 )
 from app.repo.identities import identities_with_verify_token
@@ -154,54 +157,63 @@ def receive(
     except WebhookFormatError as exc:
         batch, not_understood = None, exc
 
-    # Both transactions (the raw delivery, then its statuses) on one pooled connection.
+    # Every unit of work of the request (the lookup, the raw delivery with its statuses,
+    # then each status) on one pooled connection.
     db = request_db()
     headers = dict(request.headers)
     body = raw.decode("utf-8")
+    with db.autocommit() as connection:  # one read
+        by_route = routed_identities(connection, provider.name, routing_ids)
+    known = list(by_route.values())
+    if not known or not _verified(provider, raw, known):
+        log.warning(
+            "%s webhook refused: %s",
+            provider.name,
+            "no known identity named" if not known else "the signature does not match",
+        )
+        return json_error(401, UNVERIFIED)
+    unknown = [rid for rid in routing_ids if rid not in by_route]
+    if unknown:
+        log.warning("%s webhook names unknown identities %s", provider.name, unknown)
+    now = utcnow()
+    # The delivery belongs to its identity when it names one; one naming several (one
+    # app's secret shared by several numbers or Pages, maybe several tenants') belongs to
+    # none, so no message page shows its whole body.
+    owner = known[0].id if len(known) == 1 else None
+    ids = {rid: identity.id for rid, identity in by_route.items()}
+    incoming: list[IncomingStatus] = []
+    unstorable = 0
+    inbound: list[InboundMessage] = []
+    if batch is not None:
+        incoming, unstorable = _storable(_incoming(provider, batch, ids))
+        inbound = [
+            InboundMessage(ids[item.routing_id], item.sender, item.provider_time)
+            for item in batch.inbound
+            if item.routing_id in ids and _fits(item.sender, WINDOW_RECIPIENT)
+        ]
+    watermarks = batch.watermarks if batch is not None else []
+    # The raw delivery commits with its statuses, before any is applied: as one statement
+    # committed on its own for the usual single status (PostgreSQL), else in a transaction.
     try:
-        with db.transaction() as session:
-            by_route = routed_identities(session, provider.name, routing_ids)
-            known = list(by_route.values())
-            if not known or not _verified(provider, raw, known):
-                log.warning(
-                    "%s webhook refused: %s",
-                    provider.name,
-                    "no known identity named" if not known else "the signature does not match",
-                )
-                return json_error(401, UNVERIFIED)
-            unknown = [rid for rid in routing_ids if rid not in by_route]
-            if unknown:
-                log.warning("%s webhook names unknown identities %s", provider.name, unknown)
-            now = utcnow()
-            # The delivery belongs to its identity when it names one; one naming several
-            # (one app's secret shared by several numbers or Pages, maybe several
-            # tenants') belongs to none, so no message page shows its whole body.
-            owner = known[0].id if len(known) == 1 else None
-            ids = {rid: identity.id for rid, identity in by_route.items()}
-            incoming: list[IncomingStatus] = []
-            unstorable = 0
-            inbound: list[InboundMessage] = []
-            if batch is not None:
-                incoming, unstorable = _storable(_incoming(provider, batch, ids))
-                if batch.watermarks:
+        if db.postgresql and not watermarks and recorded_in_one_statement(incoming, inbound):
+            raw_delivery = RawDelivery(provider.name, owner, headers, body, now)
+            with db.autocommit() as connection:
+                recorded = record_single_status(connection, raw_delivery, incoming[0])
+        else:
+            with db.transaction() as session:
+                if watermarks:
                     # Messenger's receipts without mids: the covered messages of each thread.
-                    incoming += watermark_statuses(session, provider.name, batch.watermarks, ids)
-                inbound = [
-                    InboundMessage(ids[item.routing_id], item.sender, item.provider_time)
-                    for item in batch.inbound
-                    if item.routing_id in ids and _fits(item.sender, WINDOW_RECIPIENT)
-                ]
-            # The raw delivery commits with its statuses, before any is applied.
-            recorded = record_delivery(
-                session,
-                provider=provider.name,
-                identity_id=owner,
-                headers=headers,
-                body=body,
-                now=now,
-                statuses=incoming,
-                inbound=inbound,
-            )
+                    incoming += watermark_statuses(session, provider.name, watermarks, ids)
+                recorded = record_delivery(
+                    session,
+                    provider=provider.name,
+                    identity_id=owner,
+                    headers=headers,
+                    body=body,
+                    now=now,
+                    statuses=incoming,
+                    inbound=inbound,
+                )
     except StatusesRefusedError as refused:
         # Signed, but the database refuses its statuses: the raw delivery is kept on its
         # own, and a 2xx all the same, or Meta would redeliver it for ever.
