@@ -279,7 +279,9 @@ def _provider_by_object(by_object: Mapping[str, Provider], payload: dict[str, An
 def _verified(provider: Provider, raw: bytes, identities: list[RoutedIdentity]) -> bool:
     box = get_box()
     secrets = [
-        box.decrypt(identity.app_secret_encrypted) if identity.app_secret_encrypted else ""
+        box.decrypt_remembered(identity.app_secret_encrypted)
+        if identity.app_secret_encrypted
+        else ""
         for identity in identities
     ]
     first = secrets[0]

@@ -15,6 +15,7 @@ from app.clock import utcnow
 from app.db import Database
 from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
 from app.repo.claims import claim_message
+from app.repo.identities import update_identity
 from app.repo.messages import requeue_message
 from app.repo.sending import finish_attempt, record_accepted, record_failed, start_attempt
 
@@ -224,6 +225,27 @@ def test_another_identitys_secret_does_not_verify(
     message_id, raw = _body_for(db, world)
     assert deliver(client, raw, secret="globex-secret").status_code == 401
     assert_nothing_applied(db, message_id)
+
+
+def test_a_new_app_secret_verifies_at_once_and_the_old_one_no_longer_does(
+    app: Flask, client: FlaskClient, db: Database, world: World
+) -> None:
+    # The webhook remembers decrypted secrets by their ciphertext: a secret set again is a
+    # new ciphertext, so the next delivery is checked against the new one.
+    message_id, raw = _body_for(db, world)
+    assert deliver(client, raw, secret="the-old-one-is-wrong").status_code == 401  # warm
+    with db.transaction() as session:
+        update_identity(
+            session,
+            app.extensions["ratchet.box"],
+            world.identity_id,
+            app_secret="meta-app-secret-2",
+            now=utcnow(),
+        )
+    assert deliver(client, raw, secret=SECRET).status_code == 401
+    assert_nothing_applied(db, message_id)
+    assert deliver(client, raw, secret="meta-app-secret-2").status_code == 200
+    assert message(db, message_id).status == "delivered"
 
 
 def test_a_delivery_naming_identities_with_different_secrets_is_401(
