@@ -180,7 +180,9 @@ def record_delivery(
     if recorded_in_one_statement(statuses, inbound) and is_postgresql(session):
         # The common case, one status of a known number: one statement on PostgreSQL.
         raw = RawDelivery(provider, identity_id, headers, body, now)
-        return record_single_status(session, raw, statuses[0])
+        recorded = record_single_status(session, raw, statuses[0])
+        assert recorded is not None  # unchecked: it always stores
+        return recorded
     delivery_id = store_delivery(session, provider, identity_id, headers, body, now)
     recorded = Recorded(delivery_id)
     if not statuses and not inbound:
@@ -200,13 +202,18 @@ def record_delivery(
 
 
 def record_single_status(
-    session: Session | Connection, raw: RawDelivery, status: IncomingStatus
-) -> Recorded:
+    session: Session | Connection,
+    raw: RawDelivery,
+    status: IncomingStatus,
+    still_sealed: tuple[int, str] | None = None,
+) -> Recorded | None:
     """`record_delivery` of a delivery that is one status of a known number and nothing
     else, in one statement (PostgreSQL), so it may run as a transaction of its own
-    (`Database.autocommit`). Raises `StatusesRefusedError` as `record_delivery` does."""
+    (`Database.autocommit`). Raises `StatusesRefusedError` as `record_delivery` does.
+    With `still_sealed` (the identity and the sealed secret the delivery was verified
+    with), nothing is stored, and None returned, if the identity's secret has changed."""
     try:
-        delivery_id, stored = record_one_status(
+        done = record_one_status(
             session,
             provider=raw.provider,
             identity_id=raw.identity_id,
@@ -214,9 +221,13 @@ def record_single_status(
             body=raw.body,
             now=raw.now,
             status=status,
+            still_sealed=still_sealed,
         )
     except REFUSALS as exc:
         raise StatusesRefusedError(_reason(exc), raw) from exc
+    if done is None:
+        return None
+    delivery_id, stored = done
     if stored is None:
         return Recorded(delivery_id, duplicates=1)
     return Recorded(delivery_id, to_apply=[stored])

@@ -75,3 +75,34 @@ def routed_identities(
         for row in session.execute(_ROUTED, {"provider_": provider, "account_ids": candidates})
     }
     return {rid: found[rid] for rid in routing_ids if rid in found}
+
+
+class RememberedRouting:
+    """The identity behind each routing id, as this app last read it: a webhook
+    delivery of one known number need not look it up again.
+
+    Only a routing id's identity is remembered, never that a delivery verified: a
+    remembered identity's secret is used to verify, and the statement that then records
+    the delivery also checks that the identity still has that sealed secret
+    (`record_one_status(..., still_sealed=...)`), so a secret set again takes effect at
+    once. A signature that does not verify with the remembered secret is checked again
+    against a fresh lookup. Identities are never deleted, and a routing id names one
+    identity for good (`identities` is unique on provider and account id).
+    """
+
+    LIMIT = 1024  # routing ids per process; far more than one installation has
+
+    def __init__(self) -> None:
+        self._by_id: dict[tuple[str, str], RoutedIdentity] = {}
+
+    def get(self, provider: str, routing_id: str) -> RoutedIdentity | None:
+        return self._by_id.get((provider, routing_id))
+
+    def keep(self, provider: str, by_route: dict[str, RoutedIdentity]) -> None:
+        if len(self._by_id) + len(by_route) > self.LIMIT:
+            self._by_id.clear()
+        for routing_id, identity in by_route.items():
+            self._by_id[(provider, routing_id)] = identity
+
+    def forget(self, provider: str, routing_id: str) -> None:
+        self._by_id.pop((provider, routing_id), None)

@@ -54,7 +54,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from app.lifecycle import TIMESTAMP_FIELD, Refusal, Source, Status, decide
-from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
+from app.models import Identity, Message, MessageEvent, WebhookDelivery, WebhookStatus
 from app.repo.inbox import (
     IncomingStatus,
     Result,
@@ -69,6 +69,7 @@ _messages = cast(Table, Message.__table__)
 _events = cast(Table, MessageEvent.__table__)
 _deliveries = cast(Table, WebhookDelivery.__table__)
 _statuses = cast(Table, WebhookStatus.__table__)
+_identities = cast(Table, Identity.__table__)
 
 
 def _word(word: str) -> Any:
@@ -82,16 +83,31 @@ def _word(word: str) -> Any:
 # The raw delivery and its one status ------------------------------------------------
 
 
-def _build_record() -> Any:
+def _build_record(checked: bool) -> Any:
+    """`checked`: insert nothing unless identity `c_identity_id` still has the sealed app
+    secret `c_sealed` (the one the delivery was verified with, as this process remembered
+    it; see `RememberedRouting`)."""
+    delivery_values = {
+        "provider": bindparam("d_provider", type_=_deliveries.c.provider.type),
+        "identity_id": bindparam("d_identity_id", type_=_deliveries.c.identity_id.type),
+        "headers": bindparam("d_headers", type_=_deliveries.c.headers.type),
+        "body": bindparam("d_body", type_=_deliveries.c.body.type),
+        "received_at": bindparam("now", type_=_deliveries.c.received_at.type),
+    }
+    rows = select(*delivery_values.values())
+    if checked:
+        rows = rows.where(
+            exists(
+                select(_identities.c.id).where(
+                    _identities.c.id == bindparam("c_identity_id", type_=_identities.c.id.type),
+                    _identities.c.app_secret_encrypted
+                    == bindparam("c_sealed", type_=_identities.c.app_secret_encrypted.type),
+                )
+            )
+        )
     delivery = (
         insert(_deliveries)
-        .values(
-            provider=bindparam("d_provider", type_=_deliveries.c.provider.type),
-            identity_id=bindparam("d_identity_id", type_=_deliveries.c.identity_id.type),
-            headers=bindparam("d_headers", type_=_deliveries.c.headers.type),
-            body=bindparam("d_body", type_=_deliveries.c.body.type),
-            received_at=bindparam("now", type_=_deliveries.c.received_at.type),
-        )
+        .from_select(list(delivery_values), rows)
         .returning(_deliveries.c.id)
         .cte("d")
     )
@@ -124,7 +140,8 @@ def _build_record() -> Any:
     return select(delivery.c.id, select(status.c.id).scalar_subquery())
 
 
-_RECORD = _build_record()
+_RECORD = _build_record(checked=False)
+_RECORD_CHECKED = _build_record(checked=True)
 
 
 def record_one_status(
@@ -136,15 +153,24 @@ def record_one_status(
     body: str,
     now: datetime,
     status: IncomingStatus,
-) -> tuple[int, StoredStatus | None]:
+    still_sealed: tuple[int, str] | None = None,
+) -> tuple[int, StoredStatus | None] | None:
     """Insert the raw delivery and its one status (under a known identity) in one
-    statement: (the delivery's id, the stored status to apply, or None: a duplicate)."""
+    statement: (the delivery's id, the stored status to apply, or None: a duplicate).
+
+    With `still_sealed` (an identity id and the sealed app secret the delivery was
+    verified with), only if that identity still has that secret: None, and nothing
+    inserted, when it does not."""
     assert status.identity_id is not None
     payload = status_payload(status)
     dedupe_key = status.dedupe_key
-    delivery_id, status_id = session.execute(
-        _RECORD,
+    checks = {}
+    if still_sealed is not None:
+        checks = {"c_identity_id": still_sealed[0], "c_sealed": still_sealed[1]}
+    row = session.execute(
+        _RECORD if still_sealed is None else _RECORD_CHECKED,
         {
+            **checks,
             "d_provider": provider,
             "d_identity_id": identity_id,
             "d_headers": headers,
@@ -160,7 +186,10 @@ def record_one_status(
             "s_provider_time": status.provider_time,
             "s_payload": payload,
         },
-    ).one()
+    ).first()
+    if row is None:
+        return None
+    delivery_id, status_id = row
     if status_id is None:
         return int(delivery_id), None
     return int(delivery_id), stored_status(status_id, status, payload)

@@ -25,6 +25,8 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -34,12 +36,13 @@ from app import instruments
 from app.clock import utcnow
 from app.config import Config
 from app.crypto import get_box
-from app.db import get_db, request_db
+from app.db import Database, get_db, request_db
 from app.providers import get_provider
 from app.providers.base import Provider, WebhookBatch, WebhookFormatError
 from app.reconcile import (
     InboundMessage,
     RawDelivery,
+    Recorded,
     StatusesRefusedError,
     apply_recorded,
     keep_raw_delivery,
@@ -50,7 +53,7 @@ from app.reconcile import (
 )
 from app.repo.identities import identities_with_verify_token
 from app.repo.inbox import IncomingStatus
-from app.repo.routing import RoutedIdentity, routed_identities
+from app.repo.routing import RememberedRouting, RoutedIdentity, routed_identities
 from app.views.body import BodyError, parse_json, read_body
 from app.views.errors import json_error
 
@@ -160,65 +163,23 @@ def receive(
     # Every unit of work of the request (the lookup, the raw delivery with its statuses,
     # then each status) on one pooled connection.
     db = request_db()
-    headers = dict(request.headers)
-    body = raw.decode("utf-8")
-    with db.autocommit() as connection:  # one read
-        by_route = routed_identities(connection, provider.name, routing_ids)
-    known = list(by_route.values())
-    if not known or not _verified(provider, raw, known):
-        log.warning(
-            "%s webhook refused: %s",
-            provider.name,
-            "no known identity named" if not known else "the signature does not match",
-        )
-        return json_error(401, UNVERIFIED)
-    unknown = [rid for rid in routing_ids if rid not in by_route]
-    if unknown:
-        log.warning("%s webhook names unknown identities %s", provider.name, unknown)
-    now = utcnow()
-    # The delivery belongs to its identity when it names one; one naming several (one
-    # app's secret shared by several numbers or Pages, maybe several tenants') belongs to
-    # none, so no message page shows its whole body.
-    owner = known[0].id if len(known) == 1 else None
-    ids = {rid: identity.id for rid, identity in by_route.items()}
-    incoming: list[IncomingStatus] = []
-    unstorable = 0
-    inbound: list[InboundMessage] = []
-    if batch is not None:
-        incoming, unstorable = _storable(_incoming(provider, batch, ids))
-        inbound = [
-            InboundMessage(ids[item.routing_id], item.sender, item.provider_time)
-            for item in batch.inbound
-            if item.routing_id in ids and _fits(item.sender, WINDOW_RECIPIENT)
-        ]
-    watermarks = batch.watermarks if batch is not None else []
-    # The raw delivery commits with its statuses, before any is applied: as one statement
-    # committed on its own for the usual single status (PostgreSQL), else in a transaction.
-    try:
-        if db.postgresql and not watermarks and recorded_in_one_statement(incoming, inbound):
-            raw_delivery = RawDelivery(provider.name, owner, headers, body, now)
-            with db.autocommit() as connection:
-                recorded = record_single_status(connection, raw_delivery, incoming[0])
-        else:
-            with db.transaction() as session:
-                if watermarks:
-                    # Messenger's receipts without mids: the covered messages of each thread.
-                    incoming += watermark_statuses(session, provider.name, watermarks, ids)
-                recorded = record_delivery(
-                    session,
-                    provider=provider.name,
-                    identity_id=owner,
-                    headers=headers,
-                    body=body,
-                    now=now,
-                    statuses=incoming,
-                    inbound=inbound,
-                )
-    except StatusesRefusedError as refused:
-        # Signed, but the database refuses its statuses: the raw delivery is kept on its
-        # own, and a 2xx all the same, or Meta would redeliver it for ever.
-        kept = keep_raw_delivery(db, refused)
-        return jsonify(received=0, stored=kept, error="statuses could not be stored"), 202
+    arrived = Arrival(provider, raw, dict(request.headers), routing_ids, batch)
+    stored: Stored | ResponseReturnValue | None = None
+    if db.postgresql and arrived.one_plain_status():
+        # One status of one number, WhatsApp's usual delivery: verified with the identity
+        # this process remembers, and recorded only if it still has that secret.
+        remembered = remembered_routing().get(provider.name, routing_ids[0])
+        if remembered is not None:
+            stored = _store(db, arrived, {routing_ids[0]: remembered}, remembered=True)
+    if stored is None:
+        with db.autocommit() as connection:  # one read
+            by_route = routed_identities(connection, provider.name, routing_ids)
+        remembered_routing().keep(provider.name, by_route)
+        stored = _store(db, arrived, by_route, remembered=False)
+        assert stored is not None
+    if not isinstance(stored, Stored):
+        return stored
+    recorded, unstorable, now = stored.recorded, stored.unstorable, stored.now
     delivery_id = recorded.delivery_id
     if batch is None:
         # Signed by the provider but not a shape we know: kept verbatim for a person to
@@ -246,6 +207,126 @@ def receive(
         if n:
             instruments.WEBHOOK_STATUSES.labels(provider.name, result).inc(n)
     return jsonify(received=len(batch.statuses), inbound=len(batch.inbound), results=counts)
+
+
+def remembered_routing() -> RememberedRouting:
+    """The identities this app last read for each routing id (see `RememberedRouting`)."""
+    memory: RememberedRouting = current_app.extensions.setdefault(
+        "ratchet.routing", RememberedRouting()
+    )
+    return memory
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A delivery as it came: parsed, not yet verified."""
+
+    provider: Provider
+    raw: bytes
+    headers: dict[str, str]
+    routing_ids: list[str]
+    batch: WebhookBatch | None
+
+    def one_plain_status(self) -> bool:
+        """One number, one status, and nothing else."""
+        batch = self.batch
+        return (
+            len(self.routing_ids) == 1
+            and batch is not None
+            and len(batch.statuses) == 1
+            and not batch.inbound
+            and not batch.watermarks
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    recorded: Recorded
+    unstorable: int  # statuses with values no real one has, kept in the raw body alone
+    now: datetime
+
+
+def _store(
+    db: Database, arrived: Arrival, by_route: dict[str, RoutedIdentity], *, remembered: bool
+) -> Stored | ResponseReturnValue | None:
+    """Verify the delivery against the identities it names and record it, with its
+    statuses, before any is applied: as one statement committed on its own for the usual
+    single status (PostgreSQL), else in a transaction. An answer (401, or 202 for
+    statuses the database refused) when that is all there is to say.
+
+    `remembered`: `by_route` is this process's memory, not a lookup. Then None (nothing
+    stored, look the identities up) where the signature does not verify with it, the
+    delivery is not one plain status, or the identity's secret is no longer that one."""
+    provider, batch = arrived.provider, arrived.batch
+    known = list(by_route.values())
+    if not known or not _verified(provider, arrived.raw, arrived.headers, known):
+        if remembered:
+            return None
+        log.warning(
+            "%s webhook refused: %s",
+            provider.name,
+            "no known identity named" if not known else "the signature does not match",
+        )
+        return json_error(401, UNVERIFIED)
+    unknown = [rid for rid in arrived.routing_ids if rid not in by_route]
+    if unknown:
+        log.warning("%s webhook names unknown identities %s", provider.name, unknown)
+    now = utcnow()
+    # The delivery belongs to its identity when it names one; one naming several (one
+    # app's secret shared by several numbers or Pages, maybe several tenants') belongs to
+    # none, so no message page shows its whole body.
+    owner = known[0].id if len(known) == 1 else None
+    ids = {rid: identity.id for rid, identity in by_route.items()}
+    incoming: list[IncomingStatus] = []
+    unstorable = 0
+    inbound: list[InboundMessage] = []
+    if batch is not None:
+        incoming, unstorable = _storable(_incoming(provider, batch, ids))
+        inbound = [
+            InboundMessage(ids[item.routing_id], item.sender, item.provider_time)
+            for item in batch.inbound
+            if item.routing_id in ids and _fits(item.sender, WINDOW_RECIPIENT)
+        ]
+    watermarks = batch.watermarks if batch is not None else []
+    body = arrived.raw.decode("utf-8")
+    one_statement = (
+        db.postgresql and not watermarks and recorded_in_one_statement(incoming, inbound)
+    )
+    if remembered and not one_statement:
+        return None
+    try:
+        if one_statement:
+            raw_delivery = RawDelivery(provider.name, owner, arrived.headers, body, now)
+            sealed = known[0].app_secret_encrypted
+            still_sealed = (known[0].id, sealed) if remembered and sealed else None
+            with db.autocommit() as connection:
+                recorded = record_single_status(
+                    connection, raw_delivery, incoming[0], still_sealed=still_sealed
+                )
+            if recorded is None:  # its secret was set again since this process read it
+                remembered_routing().forget(provider.name, arrived.routing_ids[0])
+                return None
+        else:
+            with db.transaction() as session:
+                if watermarks:
+                    # Messenger's receipts without mids: the covered messages of each thread.
+                    incoming += watermark_statuses(session, provider.name, watermarks, ids)
+                recorded = record_delivery(
+                    session,
+                    provider=provider.name,
+                    identity_id=owner,
+                    headers=arrived.headers,
+                    body=body,
+                    now=now,
+                    statuses=incoming,
+                    inbound=inbound,
+                )
+    except StatusesRefusedError as refused:
+        # Signed, but the database refuses its statuses: the raw delivery is kept on its
+        # own, and a 2xx all the same, or Meta would redeliver it for ever.
+        kept = keep_raw_delivery(db, refused)
+        return jsonify(received=0, stored=kept, error="statuses could not be stored"), 202
+    return Stored(recorded, unstorable, now)
 
 
 # Column widths of webhook_statuses and conversation_windows: a value past them (or with a
@@ -276,7 +357,9 @@ def _provider_by_object(by_object: Mapping[str, Provider], payload: dict[str, An
     return provider
 
 
-def _verified(provider: Provider, raw: bytes, identities: list[RoutedIdentity]) -> bool:
+def _verified(
+    provider: Provider, raw: bytes, headers: dict[str, str], identities: list[RoutedIdentity]
+) -> bool:
     box = get_box()
     secrets = [
         box.decrypt_remembered(identity.app_secret_encrypted)
@@ -285,7 +368,7 @@ def _verified(provider: Provider, raw: bytes, identities: list[RoutedIdentity]) 
         for identity in identities
     ]
     first = secrets[0]
-    if not first or not provider.verify_signature(raw, dict(request.headers), first):
+    if not first or not provider.verify_signature(raw, headers, first):
         return False
     # Every known identity the delivery names must share the secret that verified it.
     # As bytes: compare_digest refuses a str with non-ASCII characters.
