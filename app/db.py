@@ -80,7 +80,14 @@ class Database:
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """One unit of work: commits on success, rolls back on error."""
-        if self.pinned_session is not None:
+        if self.pinned_connection is not None:
+            if self.pinned_session is None:
+                # One session for the block, made when first needed (a webhook's usual
+                # delivery needs none) and closed after each unit of work: building a
+                # session (its event dispatch) cost more CPU than a statement there.
+                self.pinned_session = Session(
+                    bind=self.pinned_connection, expire_on_commit=False, info=self.info
+                )
             session = self.pinned_session
             try:
                 with session.begin():
@@ -141,14 +148,12 @@ class Database:
             return
         with self.engine.connect() as connection:
             pinned = copy.copy(self)
-            # One session for the block, closed after each unit of work: building a session
-            # (its event dispatch) cost more CPU than a statement on the webhook's path.
-            pinned.pinned_session = Session(bind=connection, expire_on_commit=False, info=self.info)
             pinned.pinned_connection = connection
             try:
                 yield pinned
             finally:
-                pinned.pinned_session.close()
+                if pinned.pinned_session is not None:
+                    pinned.pinned_session.close()
 
     def bind_to(self, connection: Any) -> None:
         """Run every session inside `connection`'s transaction, as savepoints.
