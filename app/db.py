@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+import psycopg
 from flask import Flask, current_app, g
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -133,7 +134,12 @@ class Database:
                 raise
             finally:
                 if not driver.closed:
-                    driver.autocommit = False
+                    try:
+                        driver.autocommit = False
+                    except psycopg.Error:
+                        # Still mid-statement (an exception raised while psycopg waited
+                        # on the server): never to be used again, in either mode.
+                        connection.invalidate()
 
     @contextmanager
     def one_connection(self) -> Iterator[Database]:

@@ -3,6 +3,8 @@ connection, which must leave that connection transactional again whatever happen
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
@@ -50,3 +52,48 @@ def test_a_statement_in_autocommit_is_committed_by_itself(committed_db: Database
         # No transaction open on the server: PostgreSQL committed the insert as it ran.
         assert driver.info.transaction_status.name == "IDLE"
     assert tenants(committed_db) == 1
+
+
+def test_an_exception_inside_a_statement_leaves_no_connection_in_autocommit(
+    committed_db: Database,
+) -> None:
+    # An exception raised while psycopg waits for the server (here a signal handler's, as
+    # a worker's job timeout is) leaves the driver mid-statement: it cannot be switched
+    # back, so it must never be used again, and the caller sees the exception it raised.
+    def interrupt(*_: object) -> None:
+        raise TimeoutError("interrupted mid-statement")
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with committed_db.one_connection() as db:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(TimeoutError), db.autocommit() as connection:
+                connection.execute(text("SELECT pg_sleep(2)"))
+            with pytest.raises(RuntimeError), db.transaction() as session:
+                create_tenant(session, "rolled-back", utcnow())
+                session.flush()
+                raise RuntimeError("roll it back")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert tenants(committed_db) == 0
+
+
+def test_a_connection_left_mid_statement_is_thrown_away_and_the_exception_kept(
+    committed_db: Database,
+) -> None:
+    # The driver still busy with a statement when the block ends (libpq's own call sends
+    # one and does not wait): it cannot be switched back, so it is invalidated, and the
+    # block's own exception is the one the caller sees.
+    with committed_db.one_connection() as db:
+        with pytest.raises(LookupError, match="the block's own"), db.autocommit() as connection:
+            driver = connection.connection.driver_connection
+            assert driver is not None
+            driver.pgconn.send_query(b"SELECT pg_sleep(0.2)")
+            raise LookupError("the block's own")
+        assert db.pinned_connection is not None and db.pinned_connection.invalidated
+        with pytest.raises(RuntimeError), db.transaction() as session:
+            create_tenant(session, "rolled-back", utcnow())
+            session.flush()
+            raise RuntimeError("roll it back")
+    assert tenants(committed_db) == 0
