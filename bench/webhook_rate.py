@@ -42,6 +42,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from psycopg.pq import TransactionStatus
+
 from bench.common import (
     SECRET_KEY,
     BenchBroke,
@@ -67,6 +69,7 @@ APP_SECRET = "bench-app-secret"
 GOAL_RATIO = 0.7
 WARMUP = 100
 IN_PROCESS = 200
+IDLE = TransactionStatus.IDLE
 
 
 # The driver (a process of its own) ---------------------------------------------------
@@ -390,22 +393,35 @@ def count_in_process(app: Any, db: Any, identity_id: int, profile: bool) -> dict
     statements: Counter[str] = Counter()
     transactions: Counter[str] = Counter()
 
+    def idle(conn: Any) -> bool:
+        return bool(conn.connection.driver_connection.info.transaction_status == IDLE)
+
     def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements[statement.lstrip().split(None, 1)[0].upper()] += 1
+        driver = conn.connection.driver_connection
+        # What psycopg sends: a BEGIN before a statement outside a transaction, unless
+        # the connection is in autocommit (the statement then commits by itself).
+        if idle(conn) and not driver.autocommit:
+            transactions["BEGIN"] += 1
+        elif idle(conn):
+            transactions["autocommit"] += 1
 
     def on(kind: str) -> Any:
-        def listener(*args: Any) -> None:
-            transactions[kind] += 1
+        def listener(conn: Any, *args: Any) -> None:
+            if not idle(conn):  # psycopg sends nothing for a connection with no transaction
+                transactions[kind] += 1
 
         return listener
+
+    def on_checkout(*args: Any) -> None:
+        transactions["checkout"] += 1
 
     engine = db.engine
     listeners = [
         (engine, "before_cursor_execute", on_execute),
-        (engine, "begin", on("BEGIN")),
         (engine, "commit", on("COMMIT")),
         (engine, "rollback", on("ROLLBACK")),
-        (engine.pool, "checkout", on("checkout")),
+        (engine.pool, "checkout", on_checkout),
     ]
     for target, name, listener in listeners:
         event.listen(target, name, listener)
@@ -537,11 +553,16 @@ def main() -> int:
     by_kind = ", ".join(f"{k} {v / per:.1f}" for k, v in sorted(statements.items()))
     print(f"     SQL statements: {total / per:.1f} per status ({by_kind})")
     print(
-        f"     transactions: {transactions['COMMIT'] / per:.1f} commits, "
-        f"{transactions['ROLLBACK'] / per:.1f} rollbacks, "
-        f"{transactions['checkout'] / per:.1f} pool checkouts (each a pre-ping) per status"
+        f"     round trips besides the statements: {transactions['BEGIN'] / per:.1f} BEGIN, "
+        f"{transactions['COMMIT'] / per:.1f} COMMIT, {transactions['ROLLBACK'] / per:.1f} "
+        f"ROLLBACK, {transactions['checkout'] / per:.1f} pool checkouts (each a pre-ping) "
+        f"per status; {transactions['autocommit'] / per:.1f} statements committed by "
+        "themselves (autocommit)"
     )
-    print("     floor: 2 SQL statements and 2 commits per status, by construction")
+    print(
+        "     floor: 2 SQL statements, 2 BEGIN and 2 COMMIT per status, by construction "
+        "(psycopg's transaction blocks)"
+    )
     print(
         f"     time per status in this process: {1000 * counted['elapsed'] / per:.2f} ms wall, "
         f"{1000 * counted['cpu'] / per:.2f} ms CPU (Python, with the test client's share)"
