@@ -99,7 +99,8 @@ class RememberedRouting:
         return self._by_id.get((provider, routing_id))
 
     def keep(self, provider: str, by_route: dict[str, RoutedIdentity]) -> None:
-        if len(self._by_id) + len(by_route) > self.LIMIT:
+        new = sum(1 for routing_id in by_route if (provider, routing_id) not in self._by_id)
+        if len(self._by_id) + new > self.LIMIT:
             self._by_id.clear()
         for routing_id, identity in by_route.items():
             self._by_id[(provider, routing_id)] = identity

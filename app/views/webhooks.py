@@ -164,19 +164,30 @@ def receive(
     # then each status) on one pooled connection.
     db = request_db()
     arrived = Arrival(provider, raw, dict(request.headers), routing_ids, batch)
-    stored: Stored | ResponseReturnValue | None = None
+    stored: Stored | NotVerified | ResponseReturnValue | None = None
+    remembered = None
     if db.postgresql and arrived.one_plain_status():
         # One status of one number, WhatsApp's usual delivery: verified with the identity
         # this process remembers, and recorded only if it still has that secret.
         remembered = remembered_routing().get(provider.name, routing_ids[0])
         if remembered is not None:
             stored = _store(db, arrived, {routing_ids[0]: remembered}, remembered=True)
-    if stored is None:
+    # Looked up: nothing remembered, or what was remembered did not do. Twice at most: the
+    # record also checks the secret it was verified with, and a secret set again between
+    # a lookup and the record makes that lookup's verdict void.
+    for _ in range(2):
+        if stored is not None and not isinstance(stored, NotVerified):
+            break
         with db.autocommit() as connection:  # one read
             by_route = routed_identities(connection, provider.name, routing_ids)
         remembered_routing().keep(provider.name, by_route)
-        stored = _store(db, arrived, by_route, remembered=False)
-        assert stored is not None
+        if isinstance(stored, NotVerified) and list(by_route.values()) == [remembered]:
+            # The same sealed secret that just failed to verify it: no second check.
+            stored = _refused(provider, known=True)
+        else:
+            stored = _store(db, arrived, by_route, remembered=False)
+    if stored is None or isinstance(stored, NotVerified):
+        return _refused(provider, known=True)
     if not isinstance(stored, Stored):
         return stored
     recorded, unstorable, now = stored.recorded, stored.unstorable, stored.now
@@ -207,6 +218,13 @@ def receive(
         if n:
             instruments.WEBHOOK_STATUSES.labels(provider.name, result).inc(n)
     return jsonify(received=len(batch.statuses), inbound=len(batch.inbound), results=counts)
+
+
+class NotVerified:
+    """`_store` with remembered identities: the signature does not verify with them."""
+
+
+NOT_VERIFIED = NotVerified()
 
 
 def remembered_routing() -> RememberedRouting:
@@ -248,26 +266,23 @@ class Stored:
 
 def _store(
     db: Database, arrived: Arrival, by_route: dict[str, RoutedIdentity], *, remembered: bool
-) -> Stored | ResponseReturnValue | None:
+) -> Stored | NotVerified | ResponseReturnValue | None:
     """Verify the delivery against the identities it names and record it, with its
     statuses, before any is applied: as one statement committed on its own for the usual
     single status (PostgreSQL), else in a transaction. An answer (401, or 202 for
     statuses the database refused) when that is all there is to say.
 
-    `remembered`: `by_route` is this process's memory, not a lookup. Then None (nothing
-    stored, look the identities up) where the signature does not verify with it, the
-    delivery is not one plain status, or the identity's secret is no longer that one."""
+    The one-statement record also checks that the identity still has the secret that
+    verified the delivery: None (nothing stored; look it up again) where it does not.
+    `remembered`: `by_route` is this app's memory, not a lookup. Then NOT_VERIFIED where
+    the signature does not verify with it, and None (nothing stored, look the identities
+    up) where the delivery is not one plain status or the database refused it."""
     provider, batch = arrived.provider, arrived.batch
     known = list(by_route.values())
     if not known or not _verified(provider, arrived.raw, arrived.headers, known):
         if remembered:
-            return None
-        log.warning(
-            "%s webhook refused: %s",
-            provider.name,
-            "no known identity named" if not known else "the signature does not match",
-        )
-        return json_error(401, UNVERIFIED)
+            return NOT_VERIFIED
+        return _refused(provider, known=bool(known))
     unknown = [rid for rid in arrived.routing_ids if rid not in by_route]
     if unknown:
         log.warning("%s webhook names unknown identities %s", provider.name, unknown)
@@ -298,12 +313,12 @@ def _store(
         if one_statement:
             raw_delivery = RawDelivery(provider.name, owner, arrived.headers, body, now)
             sealed = known[0].app_secret_encrypted
-            still_sealed = (known[0].id, sealed) if remembered and sealed else None
+            assert sealed is not None  # it verified the delivery
             with db.autocommit() as connection:
                 recorded = record_single_status(
-                    connection, raw_delivery, incoming[0], still_sealed=still_sealed
+                    connection, raw_delivery, incoming[0], still_sealed=(known[0].id, sealed)
                 )
-            if recorded is None:  # its secret was set again since this process read it
+            if recorded is None:  # its secret was set again since it was read
                 remembered_routing().forget(provider.name, arrived.routing_ids[0])
                 return None
         else:
@@ -322,11 +337,24 @@ def _store(
                     inbound=inbound,
                 )
     except StatusesRefusedError as refused:
+        if remembered:
+            # Kept raw below only after a fresh lookup verified it: the refused statement
+            # could not check the secret.
+            return None
         # Signed, but the database refuses its statuses: the raw delivery is kept on its
         # own, and a 2xx all the same, or Meta would redeliver it for ever.
         kept = keep_raw_delivery(db, refused)
         return jsonify(received=0, stored=kept, error="statuses could not be stored"), 202
     return Stored(recorded, unstorable, now)
+
+
+def _refused(provider: Provider, *, known: bool) -> ResponseReturnValue:
+    log.warning(
+        "%s webhook refused: %s",
+        provider.name,
+        "the signature does not match" if known else "no known identity named",
+    )
+    return json_error(401, UNVERIFIED)
 
 
 # Column widths of webhook_statuses and conversation_windows: a value past them (or with a

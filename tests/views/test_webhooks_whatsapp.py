@@ -5,11 +5,13 @@ from __future__ import annotations
 import itertools
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import select
+from sqlalchemy import event, select
+from sqlalchemy.orm import Session
 
 from app.clock import utcnow
 from app.db import Database
@@ -478,3 +480,40 @@ def test_a_signed_delivery_we_cannot_parse_is_kept_verbatim_and_acknowledged(
     with db.transaction() as session:
         (stored,) = session.scalars(select(WebhookDelivery)).all()
     assert stored.body == raw.decode()
+
+
+def test_a_secret_set_again_between_the_lookup_and_the_record_voids_the_verdict(
+    app: Flask, client: FlaskClient, committed_db: Database
+) -> None:
+    # The record checks the secret the delivery was verified with, looked up or not: here
+    # the secret is set again (and committed, elsewhere) just before the record runs.
+    world = make_world(committed_db, account_id=PHONE_NUMBER_ID, app_secret=SECRET)
+    message_id = sent_message(committed_db, world, "wamid.RACE")
+    raw = encode(status_body([status("wamid.RACE", "delivered", at(5))]))
+    rotated: list[bool] = []
+
+    def rotate_first(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if rotated or "INSERT INTO webhook_deliveries" not in statement:
+            return
+        rotated.append(True)
+        other = committed_db.engine.connect()
+        with other, Session(bind=other) as session, session.begin():
+            update_identity(
+                session,
+                app.extensions["ratchet.box"],
+                world.identity_id,
+                app_secret="meta-app-secret-2",
+                now=utcnow(),
+            )
+
+    event.listen(committed_db.engine, "before_cursor_execute", rotate_first)
+    try:
+        response = deliver(client, raw, secret=SECRET)
+    finally:
+        event.remove(committed_db.engine, "before_cursor_execute", rotate_first)
+    assert rotated
+    assert response.status_code == 401
+    assert_nothing_applied(committed_db, message_id)
+    # The next delivery, signed with the secret now set, is stored and applied.
+    assert deliver(client, raw, secret="meta-app-secret-2").status_code == 200
+    assert message(committed_db, message_id).status == "delivered"
