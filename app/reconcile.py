@@ -373,12 +373,9 @@ def apply_matched_by_provider_id(
     session: Session | Connection, status: StoredStatus, now: datetime
 ) -> str | None:
     """Steps 1a, 3, 5 and 6 in one statement on PostgreSQL, for a status (in a transaction
-    of its own, or as one) that moves a message and names a provider id: None (nothing
-    done) when that is not the case or no message of its identity has the id, and the
-    caller goes step by step. Raises `StatusTakenError` as `record` does, with everything
-    the statement did undone."""
-    if not one_statement_applies(status) or not is_postgresql(session):
-        return None
+    of its own, or as one) for which `one_statement_applies`: None (nothing done) when no
+    message of its identity has the id, and the caller goes step by step. Raises
+    `StatusTakenError` as `record` does, with everything the statement did undone."""
     target = PROVIDER_WORDS[status.status]
     detail, extra = guard_values(status, target)
     done = apply_by_provider_id(session, status, target, now, detail=detail, extra_values=extra)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, CursorResult, Executable, Table, literal_column
+from sqlalchemy import ColumnElement, CursorResult, Executable, Table, literal_column
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 
-def is_postgresql(session: Session | Connection) -> bool:
+def is_postgresql(session: Session) -> bool:
     """The session's database is PostgreSQL (the fast paths' single statements need it)."""
-    bind = session.get_bind() if isinstance(session, Session) else session
-    return bind.dialect.name == "postgresql"
+    return session.get_bind().dialect.name == "postgresql"
 
 
 def insert_ignoring_conflict(

@@ -207,8 +207,6 @@ class Applied:
     applied: bool
     refusal: Refusal | None
     duplicate: bool  # the event's dedupe key was recorded already: nothing changed
-    claimed: bool  # False: another applier finished the status first (roll back)
-    moved: int  # message rows the move (or a late status's timestamp) changed
 
 
 def match_by_provider_id() -> Select[Any]:
@@ -335,8 +333,6 @@ def _build_apply(target: Status, extra: tuple[str, ...]) -> Any:
             event.c.applied,
             event.c.refusal,
             event.c.message_id.is_not(None),
-            claimed,
-            moved,
             undo,
         )
         .select_from(cur)
@@ -400,15 +396,13 @@ def apply_by_provider_id(
         raise RuntimeError(f"status {status.id}: its message changed under its lock") from exc
     if row is None:
         return None
-    message_id, from_status, applied, refusal, inserted, claimed, moved, _ = row
+    message_id, from_status, applied, refusal, inserted, _ = row
     if not inserted:
-        return Applied(message_id, Status(from_status), False, Refusal.SAME, True, claimed == 1, 0)
+        return Applied(message_id, Status(from_status), False, Refusal.SAME, True)
     return Applied(
         message_id,
         Status(from_status),
         bool(applied),
         Refusal(refusal) if refusal is not None else None,
         False,
-        claimed == 1,
-        moved,
     )

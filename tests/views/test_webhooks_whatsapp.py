@@ -229,6 +229,13 @@ def test_another_identitys_secret_does_not_verify(
     assert_nothing_applied(db, message_id)
 
 
+def set_app_secret(app: Flask, session: Session, identity_id: int, secret: str) -> None:
+    """`identity update --app-secret`, in the caller's transaction."""
+    update_identity(
+        session, app.extensions["ratchet.box"], identity_id, app_secret=secret, now=utcnow()
+    )
+
+
 def test_a_new_app_secret_verifies_at_once_and_the_old_one_no_longer_does(
     app: Flask, client: FlaskClient, db: Database, world: World
 ) -> None:
@@ -237,13 +244,7 @@ def test_a_new_app_secret_verifies_at_once_and_the_old_one_no_longer_does(
     message_id, raw = _body_for(db, world)
     assert deliver(client, raw, secret="the-old-one-is-wrong").status_code == 401  # warm
     with db.transaction() as session:
-        update_identity(
-            session,
-            app.extensions["ratchet.box"],
-            world.identity_id,
-            app_secret="meta-app-secret-2",
-            now=utcnow(),
-        )
+        set_app_secret(app, session, world.identity_id, "meta-app-secret-2")
     assert deliver(client, raw, secret=SECRET).status_code == 401
     assert_nothing_applied(db, message_id)
     assert deliver(client, raw, secret="meta-app-secret-2").status_code == 200
@@ -498,13 +499,7 @@ def test_a_secret_set_again_between_the_lookup_and_the_record_voids_the_verdict(
         rotated.append(True)
         other = committed_db.engine.connect()
         with other, Session(bind=other) as session, session.begin():
-            update_identity(
-                session,
-                app.extensions["ratchet.box"],
-                world.identity_id,
-                app_secret="meta-app-secret-2",
-                now=utcnow(),
-            )
+            set_app_secret(app, session, world.identity_id, "meta-app-secret-2")
 
     event.listen(committed_db.engine, "before_cursor_execute", rotate_first)
     try:
