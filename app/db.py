@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import copy
 import os
+import select
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
 from flask import Flask, current_app, g
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from app import instruments
 from app.correlation import derive_key
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+# A pooled PostgreSQL connection idle for longer than this is pinged (a round trip) before
+# use; one used more recently only has its socket looked at (see `_check_on_checkout`).
+PING_AFTER_IDLE_SECONDS = 2.0
 
 
 def normalise_url(url: str) -> str:
@@ -28,7 +35,9 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def build_engine(url: str, **kwargs: Any) -> Engine:
+def build_engine(
+    url: str, *, ping_after_idle: float = PING_AFTER_IDLE_SECONDS, **kwargs: Any
+) -> Engine:
     url = normalise_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -39,11 +48,82 @@ def build_engine(url: str, **kwargs: Any) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    kwargs.setdefault("pool_pre_ping", True)
     # A database error's text names the statement, never its values (message bodies,
     # webhook payloads): those errors are logged.
     kwargs.setdefault("hide_parameters", True)
-    return create_engine(url, **kwargs)
+    engine = create_engine(url, **kwargs)
+    if not kwargs.get("pool_pre_ping"):
+        _check_on_checkout(engine, ping_after_idle)
+    return engine
+
+
+IDLE_SINCE = "ratchet.idle_since"
+
+
+def _check_on_checkout(engine: Engine, ping_after_idle: float) -> None:
+    """SQLAlchemy's `pool_pre_ping`, paid only where a connection may have gone stale.
+
+    The pre-ping is a round trip on every checkout: about a twelfth of a webhook's CPU,
+    where a request checks out once and the connection was last used a few milliseconds
+    before. Instead, at checkout:
+
+    - the socket is polled without waiting: a server that ended the session (a restart,
+      a failover, `pg_terminate_backend`, `idle_session_timeout`) has closed it or sent
+      its last error, so it reads as ready when nothing should be there;
+    - a connection that sat in the pool for longer than `ping_after_idle` seconds is also
+      pinged, as the pre-ping would, for what the socket cannot show: a network path that
+      dropped it silently.
+
+    Either way the connection is replaced before anyone uses it (SQLAlchemy's documented
+    `DisconnectionError` from a checkout listener), so a record after a database restart
+    reconnects exactly as with the pre-ping. What goes unchecked is a connection used in
+    the last `ping_after_idle` seconds whose path died silently since: 2 s is well under
+    any failover's own outage, during which that connection's last use would have failed
+    anyway (and invalidated the pool).
+    """
+    dialect = engine.dialect
+
+    @event.listens_for(engine, "connect")
+    def _fresh(_dbapi_connection: Any, record: Any) -> None:
+        record.info.pop(IDLE_SINCE, None)  # just connected: nothing to check
+
+    @event.listens_for(engine, "checkin")
+    def _idle(_dbapi_connection: Any, record: Any) -> None:
+        record.info[IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _check(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.pop(IDLE_SINCE, None)
+        if idle_since is None:
+            return
+        if _hung_up(dbapi_connection):
+            instruments.DB_REPLACED.labels("hung_up").inc()
+            raise exc.DisconnectionError("the server closed the connection while it was pooled")
+        if time.monotonic() - idle_since < ping_after_idle:
+            return
+        instruments.DB_PINGS.inc()
+        try:
+            dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as error:
+            if dialect.is_disconnect(error, dbapi_connection, None):
+                instruments.DB_REPLACED.labels("no_answer").inc()
+                # As the pre-ping does: the others pooled before now go too.
+                raise exc.InvalidatePoolError("the pooled connection did not answer") from error
+            raise
+
+
+def _hung_up(dbapi_connection: Any) -> bool:
+    """An idle psycopg connection whose socket is readable (or closed) is one the server
+    has ended: between statements it sends nothing unasked (we use no LISTEN)."""
+    if dbapi_connection.closed:
+        return True
+    try:
+        fd = dbapi_connection.pgconn.socket
+    except psycopg.OperationalError:
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)  # errors and hang-ups always report
+    return bool(poller.poll(0))
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -146,7 +226,7 @@ class Database:
         """This database with every unit of work of the block on one pooled connection.
 
         A webhook commits twice (the raw delivery, then each status): on one connection
-        that is one pool checkout and one pre-ping instead of one per transaction. Each
+        that is one pool checkout (and its check) instead of one per transaction. Each
         `transaction()` of the block still commits or rolls back on its own.
         """
         if self.bound:  # already on one connection (a test's)
@@ -205,7 +285,7 @@ def get_db() -> Database:
 def request_db() -> Database:
     """`get_db()` with every unit of work of this request on one pooled connection, checked
     out on the first call and returned to the pool when the request ends (a webhook's two
-    transactions then cost one checkout and one pre-ping, not two)."""
+    transactions then cost one checkout, not two)."""
     pinned: Database | None = g.get("ratchet_request_db")
     if pinned is None:
         stack = ExitStack()

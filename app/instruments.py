@@ -75,6 +75,20 @@ PACING_WAIT_SECONDS = Counter(
     ["lane"],
     registry=None,
 )
+DB_PINGS = Counter(
+    "ratchet_db_pings",
+    "Round trips made to check a pooled PostgreSQL connection before use: only for one idle "
+    "for a while (the others have only their socket looked at).",
+    registry=None,
+)
+DB_REPLACED = Counter(
+    "ratchet_db_connections_replaced",
+    "Pooled PostgreSQL connections found dead at checkout and replaced before use: hung_up "
+    "(the server had closed it: a restart, a failover, a terminated session) or no_answer "
+    "(idle, and its ping failed: a network path dropped it).",
+    ["reason"],
+    registry=None,
+)
 
 ALL = (
     SENDS,
@@ -84,6 +98,8 @@ ALL = (
     WEBHOOK_STATUSES,
     PACING_WAITS,
     PACING_WAIT_SECONDS,
+    DB_PINGS,
+    DB_REPLACED,
 )
 
 

@@ -374,6 +374,18 @@ def run_round(
 # Counting, in this process -----------------------------------------------------------
 
 
+def pings() -> float:
+    """Round trips made to check a pooled connection (`ratchet_db_pings`), in this process."""
+    from app import instruments
+
+    return sum(
+        sample.value
+        for family in instruments.DB_PINGS.collect()
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
+
+
 def count_in_process(app: Any, db: Any, identity_id: int, profile: bool) -> dict[str, Any]:
     """Post IN_PROCESS signed deliveries through the test client, counting what they ask."""
     from sqlalchemy import event
@@ -427,6 +439,7 @@ def count_in_process(app: Any, db: Any, identity_id: int, profile: bool) -> dict
         event.listen(target, name, listener)
     profiler = cProfile.Profile() if profile else None
     results: Counter[str] = Counter()
+    pings_before = pings()
     started = time.perf_counter()
     cpu_started = time.process_time()
     try:
@@ -451,6 +464,7 @@ def count_in_process(app: Any, db: Any, identity_id: int, profile: bool) -> dict
             event.remove(target, name, listener)
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu_started
+    transactions["ping"] = int(pings() - pings_before)
     if results.get("applied") != IN_PROCESS:
         raise BenchBroke(f"in-process deliveries: {dict(results)}, not {IN_PROCESS} applied")
     top = None
@@ -555,9 +569,10 @@ def main() -> int:
     print(
         f"     round trips besides the statements: {transactions['BEGIN'] / per:.1f} BEGIN, "
         f"{transactions['COMMIT'] / per:.1f} COMMIT, {transactions['ROLLBACK'] / per:.1f} "
-        f"ROLLBACK, {transactions['checkout'] / per:.1f} pool checkouts (each a pre-ping) "
-        f"per status; {transactions['autocommit'] / per:.1f} statements committed by "
-        "themselves (autocommit)"
+        f"ROLLBACK, {transactions['checkout'] / per:.1f} pool checkouts and "
+        f"{transactions['ping'] / per:.2f} pings at checkout per status; "
+        f"{transactions['autocommit'] / per:.1f} statements committed by themselves "
+        "(autocommit)"
     )
     print(
         "     floor: 2 SQL statements, 2 BEGIN and 2 COMMIT per status, by construction "

@@ -71,6 +71,8 @@ def test_the_configured_token_opens_a_scrape_that_parses(guarded: Flask) -> None
         "ratchet_webhooks_rejected",
         "ratchet_webhook_statuses",
         "ratchet_pacing_waits",
+        "ratchet_db_pings",
+        "ratchet_db_connections_replaced",
         "ratchet_database_up",
     ):
         assert name in found, name

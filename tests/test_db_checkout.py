@@ -1,0 +1,239 @@
+"""The check a pooled PostgreSQL connection gets at checkout (`app/db.py`,
+`_check_on_checkout`): in place of SQLAlchemy's pre-ping round trip, the socket is looked at,
+and only a connection idle for a while is pinged. Either way a dead connection is replaced
+before anyone's statement meets it."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from prometheus_client import Counter
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+
+from app import instruments
+from app.db import Database, normalise_url
+
+
+def counted(metric: Counter, **labels: str) -> float:
+    """This process's value of a counter (`/metrics` shows the same)."""
+    for family in metric.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_total") and sample.labels == labels:
+                return float(sample.value)
+    return 0.0
+
+
+def backend_pid(database: Database) -> int:
+    with database.engine.connect() as connection:
+        pid = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        connection.rollback()
+    return int(pid)
+
+
+def last_query(pg_url: str, pid: int) -> str:
+    engine = create_engine(normalise_url(pg_url))
+    try:
+        with engine.connect() as other:
+            query = other.execute(
+                text("SELECT query FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    return str(query)
+
+
+def terminate(pg_url: str, pid: int) -> None:
+    engine = create_engine(normalise_url(pg_url))
+    try:
+        with engine.connect() as other:
+            # With a timeout, pg_terminate_backend returns once the process has exited.
+            gone = other.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})
+            assert gone.scalar_one() is True
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def one_connection_db(pg_url: str) -> Iterator[Database]:
+    """A pool of exactly one connection, never pinged for idleness (the socket alone)."""
+    database = Database(pg_url, pool_size=1, max_overflow=0, ping_after_idle=3600.0)
+    yield database
+    database.dispose()
+
+
+def test_a_connection_the_server_ended_while_pooled_is_replaced_before_use(
+    pg_url: str, one_connection_db: Database
+) -> None:
+    first = backend_pid(one_connection_db)
+    terminate(pg_url, first)  # a restart, a failover, pg_terminate_backend
+    replaced, pings = (
+        counted(instruments.DB_REPLACED, reason="hung_up"),
+        counted(instruments.DB_PINGS),
+    )
+    # No round trip was made at checkout, and still the statement meets a live connection.
+    second = backend_pid(one_connection_db)
+    assert second != first
+    assert counted(instruments.DB_REPLACED, reason="hung_up") == replaced + 1
+    assert counted(instruments.DB_PINGS) == pings
+
+
+def test_without_any_check_the_same_connection_would_fail_its_statement(pg_url: str) -> None:
+    """The scenario above is real: a pool that neither pings nor looks hands it out dead."""
+    engine = create_engine(normalise_url(pg_url), pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as connection:
+            pid = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            connection.rollback()
+        terminate(pg_url, pid)
+        with pytest.raises(DBAPIError) as raised, engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        assert raised.value.connection_invalidated
+    finally:
+        engine.dispose()
+
+
+def test_a_connection_used_moments_ago_is_not_pinged(
+    pg_url: str, one_connection_db: Database
+) -> None:
+    pid = backend_pid(one_connection_db)
+    returned = last_query(pg_url, pid)  # the pool's own reset, as it went back
+    with one_connection_db.engine.connect():
+        # Checked out again: the server has been sent nothing since.
+        assert last_query(pg_url, pid) == returned
+
+
+def test_a_connection_idle_past_the_limit_is_pinged_before_use(pg_url: str) -> None:
+    database = Database(pg_url, pool_size=1, max_overflow=0, ping_after_idle=0.0)
+    try:
+        pid = backend_pid(database)
+        assert last_query(pg_url, pid) == "ROLLBACK"  # the pool's own reset
+        with database.engine.connect():
+            # The ping went before any statement of ours (SQLAlchemy's ping for
+            # PostgreSQL is an empty statement).
+            assert last_query(pg_url, pid) == ";"
+    finally:
+        database.dispose()
+
+
+# A path that drops connections silently -------------------------------------------------
+
+
+@dataclass
+class Flow:
+    client: socket.socket
+    upstream: socket.socket
+    forgotten: bool = False
+
+
+class ForgetfulPath:
+    """A TCP path to PostgreSQL that can forget its connections, as a NAT or a load balancer
+    does after its idle timeout: nothing reaches the client then (no FIN to see), and the
+    client's next packet is answered with a reset."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+        self.flows: list[Flow] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            flow = Flow(client, socket.create_connection(self.target))
+            self.flows.append(flow)
+            threading.Thread(target=self._up, args=(flow,), daemon=True).start()
+            threading.Thread(target=self._down, args=(flow,), daemon=True).start()
+
+    @staticmethod
+    def _up(flow: Flow) -> None:
+        try:
+            while data := flow.client.recv(65536):
+                if flow.forgotten:
+                    # Closed with no linger: a reset, as for a flow the path no longer knows.
+                    flow.client.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                    break
+                flow.upstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            flow.client.close()
+
+    @staticmethod
+    def _down(flow: Flow) -> None:
+        try:
+            while data := flow.upstream.recv(65536):
+                if not flow.forgotten:
+                    flow.client.sendall(data)
+        except OSError:
+            pass
+
+    def forget(self) -> None:
+        for flow in self.flows:
+            flow.forgotten = True
+
+    def close(self) -> None:
+        self.listener.close()
+        for flow in self.flows:
+            for sock in (flow.client, flow.upstream):
+                sock.close()
+
+
+@pytest.fixture
+def path(pg_url: str) -> Iterator[ForgetfulPath]:
+    url = make_url(normalise_url(pg_url))
+    forgetful = ForgetfulPath(url.host or "127.0.0.1", url.port or 5432)
+    yield forgetful
+    forgetful.close()
+
+
+def through(pg_url: str, path: ForgetfulPath) -> str:
+    url = make_url(normalise_url(pg_url)).set(host="127.0.0.1", port=path.port)
+    return url.render_as_string(hide_password=False)
+
+
+def test_a_connection_dropped_silently_while_idle_is_replaced_by_the_ping(
+    pg_url: str, path: ForgetfulPath
+) -> None:
+    database = Database(through(pg_url, path), pool_size=1, max_overflow=0, ping_after_idle=0.0)
+    try:
+        first = backend_pid(database)
+        path.forget()
+        time.sleep(0.05)  # nothing reaches the client: its socket shows nothing
+        replaced = counted(instruments.DB_REPLACED, reason="no_answer")
+        second = backend_pid(database)
+        assert second != first
+        assert counted(instruments.DB_REPLACED, reason="no_answer") == replaced + 1
+    finally:
+        database.dispose()
+
+
+def test_a_connection_dropped_silently_and_used_at_once_fails_its_statement(
+    pg_url: str, path: ForgetfulPath
+) -> None:
+    """What the idle ping is for: the socket alone cannot show a silent drop."""
+    database = Database(through(pg_url, path), pool_size=1, max_overflow=0, ping_after_idle=3600.0)
+    try:
+        backend_pid(database)
+        path.forget()
+        time.sleep(0.05)
+        with pytest.raises(DBAPIError) as raised, database.engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        assert raised.value.connection_invalidated
+    finally:
+        database.dispose()
