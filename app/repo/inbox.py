@@ -17,7 +17,7 @@ from sqlalchemy import Table, bindparam, case, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.models import Identity, WebhookDelivery, WebhookStatus
-from app.repo.sql import insert_ignoring_conflict, rows_changed
+from app.repo.sql import insert_ignoring_conflict, rows_changed, still_null
 
 
 class Result:
@@ -136,7 +136,7 @@ def load_status(session: Session, status_id: int) -> StoredStatus | None:
             _statuses.c.correlation_id,
             _statuses.c.dedupe_key,
             _statuses.c.payload,
-        ).where(_statuses.c.id == status_id, _statuses.c.applied_at.is_(None))
+        ).where(_statuses.c.id == status_id, still_null(_statuses.c.applied_at))
     ).first()
     return None if row is None else StoredStatus(*row)
 
@@ -200,13 +200,13 @@ def store_new_statuses(
 _INSERT_DELIVERY = _deliveries.insert().returning(_deliveries.c.id)
 _CLAIM = (
     update(_statuses)
-    .where(_statuses.c.id == bindparam("status_id"), _statuses.c.applied_at.is_(None))
+    .where(_statuses.c.id == bindparam("status_id"), still_null(_statuses.c.applied_at))
     .values(tries=_statuses.c.tries + 1)
 )
 _FINISH = update(_statuses).where(_statuses.c.id == bindparam("status_id"))
 _CLAIM_AND_FINISH = (
     update(_statuses)
-    .where(_statuses.c.id == bindparam("status_id"), _statuses.c.applied_at.is_(None))
+    .where(_statuses.c.id == bindparam("status_id"), still_null(_statuses.c.applied_at))
     .values(tries=_statuses.c.tries + 1)
 )
 
@@ -250,7 +250,7 @@ _PARKED = (
         .scalar_subquery(),
         _statuses.c.provider_message_id == bindparam("provider_message_id_"),
         _statuses.c.identity_id == bindparam("identity_id_"),
-        _statuses.c.applied_at.is_(None),
+        still_null(_statuses.c.applied_at),
     )
     .order_by(_statuses.c.provider_time, _statuses.c.id)
 )

@@ -22,7 +22,7 @@ from app.lifecycle import (
 )
 from app.models import Attempt, Message, MessageEvent, WebhookStatus
 from app.repo.events import append_event
-from app.repo.sql import insert_ignoring_conflict, rows_changed
+from app.repo.sql import insert_ignoring_conflict, rows_changed, still_null
 
 _messages = cast(Table, Message.__table__)
 
@@ -291,7 +291,7 @@ def _fill_timestamp(
     column = getattr(Message, stamp)
     session.execute(
         update(Message)
-        .where(Message.id == message_id, Message.cycle == cycle, column.is_(None))
+        .where(Message.id == message_id, Message.cycle == cycle, still_null(column))
         .values({stamp: when})
         .execution_options(synchronize_session=False)
     )

@@ -63,7 +63,7 @@ from app.repo.inbox import (
     status_payload,
     stored_status,
 )
-from app.repo.sql import unindexed
+from app.repo.sql import still_null, unindexed
 
 _messages = cast(Table, Message.__table__)
 _events = cast(Table, MessageEvent.__table__)
@@ -290,7 +290,7 @@ def _build_apply(target: Status, extra: tuple[str, ...]) -> Any:
         # A late status still records when it happened, if that is not known yet.
         moves.append(
             update(_messages)
-            .where(*guard, event.c.refusal == _word(Refusal.LATE), _messages.c[stamp].is_(None))
+            .where(*guard, event.c.refusal == _word(Refusal.LATE), still_null(_messages.c[stamp]))
             .values({stamp: when})
             .returning(_messages.c.id)
             .cte("f")
@@ -305,7 +305,7 @@ def _build_apply(target: Status, extra: tuple[str, ...]) -> Any:
         update(_statuses)
         .where(
             _statuses.c.id == bindparam("status_id"),
-            _statuses.c.applied_at.is_(None),
+            still_null(_statuses.c.applied_at),
             exists(select(cur.c.id)),
         )
         .values(

@@ -1,0 +1,141 @@
+"""A status row finished by its id, and a message's timestamp filled by its id, read a
+handful of rows however many statuses are pending and messages undelivered, even when the
+statistics were taken while none were: PostgreSQL then rated `applied_at IS NULL` (or
+`delivered_at IS NULL`) at one row, as it rates the primary key, and walked that column's
+index, filtering on the id (found in `bench/webhook_rate.py`). The NULL tests are kept out
+of the indexes' reach (`app/repo/sql.py`, `still_null`). Every statement the calls below
+make is run once more under `EXPLAIN ANALYZE` in a savepoint rolled back at once, so the
+plans checked are those of the exact SQL and values the code sends. PostgreSQL only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import event, select, text
+
+from app.db import Database
+from app.models import Message, WebhookStatus
+from app.reconcile import apply_matched_by_provider_id
+from app.repo.inbox import claim_status, load_status, parked_status_ids
+from app.repo.messages import _fill_timestamp
+
+from ..conftest import T0
+from ..factories import make_world
+from .test_provider_id_lookup import rows_read
+
+BEFORE = 300
+BURST = 1500
+
+
+@contextmanager
+def plans_of(database: Database) -> Iterator[list[tuple[str, Any]]]:
+    """(statement, its EXPLAIN ANALYZE plan) for each SELECT, UPDATE or WITH run inside."""
+    plans: list[tuple[str, Any]] = []
+
+    def before(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if not statement.lstrip().upper().startswith(("SELECT", "UPDATE", "WITH")):
+            return
+        cursor.execute("SAVEPOINT plan_check")
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", parameters)
+        plans.append((statement, cursor.fetchone()[0]))
+        cursor.execute("ROLLBACK TO SAVEPOINT plan_check")
+
+    event.listen(database.engine, "before_cursor_execute", before)
+    try:
+        yield plans
+    finally:
+        event.remove(database.engine, "before_cursor_execute", before)
+
+
+MESSAGES = text(
+    """
+    INSERT INTO messages (tenant_id, identity_id, recipient, lane, body_text, fingerprint,
+        status, cycle, provider_key_cycle, attempt, unknown_attempts, rate_limited_attempts,
+        had_unknown_outcome, provider_message_id, queued_at, sending_at, sent_at,
+        delivered_at, created_at)
+    SELECT :tenant, :identity, '1555' || lpad(n::text, 7, '0'), 'campaign', 'hello',
+        md5(n::text) || md5(n::text), :status, 1, 1, 1, 0, 0, false,
+        'wamid.' || :tag || '.' || n, :t0, :t0, :t0, :delivered_at, :t0
+    FROM generate_series(1, :count) AS n
+    """
+)
+STATUSES = text(
+    """
+    INSERT INTO webhook_statuses (delivery_id, provider, identity_id, routing_id, dedupe_key,
+        provider_message_id, status, received_at, payload, tries, applied_at, result)
+    SELECT :delivery, 'whatsapp', :identity, '106540352242922', :tag || '-' || n,
+        'wamid.' || :tag || '.' || n, 'delivered', :t0, '{}'::json, 0, :applied_at, :result
+    FROM generate_series(1, :count) AS n
+    """
+)
+
+
+def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(
+    db: Database,
+) -> None:
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("the plan checked is PostgreSQL's")
+    world = make_world(db)
+    common = {"tenant": world.tenant_id, "identity": world.identity_id, "t0": T0}
+    with db.transaction() as session:
+        delivery = session.execute(
+            text(
+                "INSERT INTO webhook_deliveries (provider, identity_id, headers, body, "
+                "received_at) VALUES ('whatsapp', :identity, '{}', '{}', :t0) RETURNING id"
+            ),
+            common,
+        ).scalar_one()
+        # The statistics as they were before a backlog: everything applied and delivered...
+        session.execute(
+            MESSAGES,
+            {**common, "status": "delivered", "tag": "old", "delivered_at": T0, "count": BEFORE},
+        )
+        session.execute(
+            STATUSES,
+            {**common, "delivery": delivery, "tag": "old", "applied_at": T0}
+            | {"result": "applied", "count": BEFORE},
+        )
+        session.execute(text("ANALYZE messages, webhook_statuses"))  # (rolled back)
+        # ...then sent messages and their statuses, pending, that they have not seen.
+        session.execute(
+            MESSAGES,
+            {**common, "status": "sent", "tag": "new", "delivered_at": None, "count": BURST},
+        )
+        session.execute(
+            STATUSES,
+            {**common, "delivery": delivery, "tag": "new", "applied_at": None}
+            | {"result": None, "count": BURST},
+        )
+
+        def status_of(n: int) -> int:
+            return session.execute(
+                select(WebhookStatus.id).where(WebhookStatus.dedupe_key == f"new-{n}")
+            ).scalar_one()
+
+        def message_of(n: int) -> int:
+            return session.execute(
+                select(Message.id).where(Message.provider_message_id == f"wamid.new.{n}")
+            ).scalar_one()
+
+        applied, claimed, filled = status_of(700), status_of(701), message_of(702)
+
+    with plans_of(db) as plans, db.transaction() as session:
+        stored = load_status(session, applied)
+        assert stored is not None
+        # The one-statement apply: the status row finished, the message moved.
+        assert apply_matched_by_provider_id(session, stored, T0) == "applied"
+        # The step-by-step path's own steps.
+        assert claim_status(session, claimed)
+        _fill_timestamp(session, filled, 1, "delivered_at", T0)
+        assert len(parked_status_ids(session, world.identity_id, "wamid.new.703")) == 1
+
+    assert len(plans) >= 5, [statement for statement, _ in plans]
+    for statement, plan in plans:
+        scans = rows_read(plan[0]["Plan"])
+        assert all(kind != "Seq Scan" for kind, _, _ in scans), (statement, scans)
+        # The rows the keys name (and the identity's row): a handful, where a walk of the
+        # NULLs reads the whole backlog.
+        assert sum(rows for _, _, rows in scans) <= 20, (statement, scans)
