@@ -23,7 +23,7 @@ from app.lifecycle import Source, Status
 from app.models import Message
 from app.providers.base import FailureClass
 from app.repo.messages import apply_status
-from app.repo.sql import rows_changed
+from app.repo.sql import keyed, rows_changed
 from app.repo.staff import record_audit
 
 CANCELED = FailureClass.CANCELED.value
@@ -159,9 +159,9 @@ def dismiss_message(
         update(Message)
         .where(
             Message.id == message_id,
-            Message.status == Status.FAILED.value,
+            keyed(Message.status == Status.FAILED.value),
             Message.cycle == expected_cycle,
-            Message.dead_letter_rank.is_not(None),
+            keyed(Message.dead_letter_rank.is_not(None)),
         )
         .values(dead_letter_rank=None)
         .execution_options(synchronize_session=False),

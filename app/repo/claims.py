@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from app.lifecycle import Source, Status
 from app.models import Identity, Message, MessageEvent
 from app.repo.events import append_event
-from app.repo.sql import rows_changed
+from app.repo.sql import keyed, rows_changed
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +115,10 @@ def claim_message(
         update(Message)
         .where(
             Message.id == message_id,
-            Message.status == row.status,
+            keyed(Message.status == row.status),
             Message.cycle == row.cycle,
             Message.attempt == row.attempt,
-            is_due(now),
+            keyed(is_due(now)),
             # A verdict owed is recorded by `take_verdict`, never sent again.
             Message.pending_verdict.is_(None),
             paused.scalar_subquery().is_(None),

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
 from app.models import Attempt, Message
-from app.repo.sql import unindexed
+from app.repo.sql import still_null, unindexed
 
 _messages = cast(Table, Message.__table__)
 _attempts = cast(Table, Attempt.__table__)
@@ -125,7 +125,7 @@ def record_provider_id(
         .where(
             _messages.c.id == message_id,
             _messages.c.cycle == cycle,
-            _messages.c.provider_message_id.is_(None),
+            still_null(_messages.c.provider_message_id),
         )
         .values(provider_message_id=provider_message_id)
     )

@@ -22,7 +22,7 @@ from app.lifecycle import (
 )
 from app.models import Attempt, Message, MessageEvent, WebhookStatus
 from app.repo.events import append_event
-from app.repo.sql import insert_ignoring_conflict, rows_changed, still_null
+from app.repo.sql import insert_ignoring_conflict, keyed, rows_changed, still_null
 
 _messages = cast(Table, Message.__table__)
 
@@ -165,7 +165,7 @@ def apply_status(
         }
         guard = [
             Message.id == message_id,
-            Message.status == current.value,
+            keyed(Message.status == current.value),
             Message.cycle == current_cycle,
         ]
         if attempt is not None:
@@ -268,7 +268,7 @@ def _guarded_update(stamp: str, extra: tuple[str, ...], fence_attempt: bool) -> 
         column = _messages.c[stamp]
         guard = [
             _messages.c.id == bindparam("g_id"),
-            _messages.c.status == bindparam("g_status"),
+            keyed(_messages.c.status == bindparam("g_status")),
             _messages.c.cycle == bindparam("g_cycle"),
         ]
         if fence_attempt:

@@ -21,7 +21,7 @@ from app.repo.claims import Claim
 from app.repo.events import append_event, note_worker_event
 from app.repo.identities import get_identity, is_stale_for, pause_identity
 from app.repo.messages import Transition, apply_status
-from app.repo.sql import is_postgresql, rows_changed
+from app.repo.sql import is_postgresql, keyed, rows_changed, still_null
 
 _attempts = cast(Table, Attempt.__table__)
 
@@ -264,9 +264,9 @@ def _accept_statement(had_unknown: bool) -> Any:
         update(_messages)
         .where(
             *mine,
-            _messages.c.status == Status.SENDING.value,
+            keyed(_messages.c.status == Status.SENDING.value),
             or_(
-                _messages.c.provider_message_id.is_(None),
+                still_null(_messages.c.provider_message_id),
                 _messages.c.provider_message_id == pmid,
             ),
         )
@@ -424,7 +424,7 @@ def record_late_acceptance(
         .where(
             Message.id == claim.message_id,
             Message.cycle == claim.cycle,
-            Message.provider_message_id.is_(None),
+            still_null(Message.provider_message_id),
         )
         .values(provider_message_id=provider_message_id)
     )
@@ -487,7 +487,7 @@ def record_retry(
         rows_changed(
             session,
             update(Message)
-            .where(*fenced(claim), Message.status == Status.SENDING.value)
+            .where(*fenced(claim), keyed(Message.status == Status.SENDING.value))
             .values(**values),
         )
         == 1
@@ -560,7 +560,7 @@ def record_held(
         retried = rows_changed(
             session,
             update(Message)
-            .where(*fenced(claim), Message.status == Status.SENDING.value)
+            .where(*fenced(claim), keyed(Message.status == Status.SENDING.value))
             .values(next_attempt_at=now, lease_until=None, rung_at=now),
         )
         if retried != 1:
@@ -583,7 +583,7 @@ def record_held(
         rows_changed(
             session,
             update(Message)
-            .where(*fenced(claim), Message.status == Status.SENDING.value)
+            .where(*fenced(claim), keyed(Message.status == Status.SENDING.value))
             .values(
                 next_attempt_at=None,
                 lease_until=None,

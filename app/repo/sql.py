@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, CursorResult, Executable, Table, literal_column, true
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import QueryableAttribute, Session
 
 
 def is_postgresql(session: Session) -> bool:
@@ -69,17 +69,26 @@ def unindexed(column: ColumnElement[int]) -> ColumnElement[int]:
     return column + literal_column("0")
 
 
-def still_null(column: ColumnElement[Any]) -> ColumnElement[bool]:
-    """`column IS NULL` as a test no index can serve (`(column IS NULL) IS true`), for a
-    row that its key must find: a status row by its id, a message by its id.
+def keyed(test: ColumnElement[bool]) -> ColumnElement[bool]:
+    """A test on a row that its key must find (a message or a status row by its id), put
+    out of the indexes' reach: `(test) IS true`, the same truth for a test that is never
+    NULL, and for one that is (`still_null`).
 
-    `webhook_statuses.applied_at` and the messages' timestamps are indexed for the
-    sweeper's and the dashboard's scans. When the statistics were taken with hardly a
-    NULL there (every status applied, every message delivered), PostgreSQL rates
-    `applied_at IS NULL` at one row, as it rates the primary key, and may walk the index's
-    NULLs instead, filtering on the id: every pending status read to finish one (seen in
-    `bench/webhook_rate.py`, and growing with a backlog the statistics have not seen, the
-    very time the sweeper is behind). With the NULL test out of the indexes' reach, the key
-    is the only way in.
+    The messages' status, timestamps and provider id, and the status rows' `applied_at`,
+    are indexed for the sweeper's, the dashboard's and the webhooks' scans, several by
+    partial indexes (`WHERE status IN ('queued', 'sending')`, `WHERE status = 'failed'`).
+    When the statistics were taken with hardly a row there (every status applied, every
+    message delivered: before a campaign's burst, or a backlog), PostgreSQL rates such a
+    test, or the partial index it implies, at a row or less, below the primary key, and
+    walks that index filtering on the id: every pending status read to finish one, every
+    waiting message read to record one send (seen in `bench/webhook_rate.py`;
+    `tests/repo/test_key_lookups_plan.py` reads 1,500 to 4,511 rows a statement without
+    it). Wrapped, the test can neither drive a scan nor prove a partial index's predicate,
+    so the key is the only way in.
     """
-    return column.is_(None).is_(true())
+    return test.is_(true())
+
+
+def still_null(column: ColumnElement[Any] | QueryableAttribute[Any]) -> ColumnElement[bool]:
+    """`column IS NULL` for a row found by its key (see `keyed`)."""
+    return keyed(column.is_(None))

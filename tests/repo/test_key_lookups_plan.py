@@ -2,7 +2,8 @@
 handful of rows however many statuses are pending and messages undelivered, even when the
 statistics were taken while none were: PostgreSQL then rated `applied_at IS NULL` (or
 `delivered_at IS NULL`) at one row, as it rates the primary key, and walked that column's
-index, filtering on the id (found in `bench/webhook_rate.py`). The NULL tests are kept out
+index, filtering on the id (found in `bench/webhook_rate.py`); the same for a message's
+`provider_message_id IS NULL` while it is being sent. The NULL tests are kept out
 of the indexes' reach (`app/repo/sql.py`, `still_null`). Every statement the calls below
 make is run once more under `EXPLAIN ANALYZE` in a savepoint rolled back at once, so the
 plans checked are those of the exact SQL and values the code sends. PostgreSQL only."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -19,8 +21,11 @@ from sqlalchemy import event, select, text
 from app.db import Database
 from app.models import Message, WebhookStatus
 from app.reconcile import apply_matched_by_provider_id
+from app.repo.claims import Claim, claim_message
 from app.repo.inbox import claim_status, load_status, parked_status_ids
+from app.repo.matching import record_provider_id
 from app.repo.messages import _fill_timestamp
+from app.repo.sending import accept_at_once, record_late_acceptance
 
 from ..conftest import T0
 from ..factories import make_world
@@ -58,7 +63,8 @@ MESSAGES = text(
         delivered_at, created_at)
     SELECT :tenant, :identity, '1555' || lpad(n::text, 7, '0'), 'campaign', 'hello',
         md5(n::text) || md5(n::text), :status, 1, 1, 1, 0, 0, false,
-        'wamid.' || :tag || '.' || n, :t0, :t0, :t0, :delivered_at, :t0
+        CASE WHEN :with_ids THEN 'wamid.' || :tag || '.' || n END, :t0, :t0, :t0,
+        :delivered_at, :t0
     FROM generate_series(1, :count) AS n
     """
 )
@@ -91,7 +97,8 @@ def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(
         # The statistics as they were before a backlog: everything applied and delivered...
         session.execute(
             MESSAGES,
-            {**common, "status": "delivered", "tag": "old", "delivered_at": T0, "count": BEFORE},
+            {**common, "status": "delivered", "tag": "old", "delivered_at": T0}
+            | {"with_ids": True, "count": BEFORE},
         )
         session.execute(
             STATUSES,
@@ -99,10 +106,17 @@ def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(
             | {"result": "applied", "count": BEFORE},
         )
         session.execute(text("ANALYZE messages, webhook_statuses"))  # (rolled back)
-        # ...then sent messages and their statuses, pending, that they have not seen.
+        # ...then sent messages and their statuses, pending, that they have not seen, and
+        # messages being sent, with no provider id yet.
         session.execute(
             MESSAGES,
-            {**common, "status": "sent", "tag": "new", "delivered_at": None, "count": BURST},
+            {**common, "status": "sent", "tag": "new", "delivered_at": None}
+            | {"with_ids": True, "count": BURST},
+        )
+        session.execute(
+            MESSAGES,
+            {**common, "status": "sending", "tag": "out", "delivered_at": None}
+            | {"with_ids": False, "count": BURST},
         )
         session.execute(
             STATUSES,
@@ -121,6 +135,25 @@ def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(
             ).scalar_one()
 
         applied, claimed, filled = status_of(700), status_of(701), message_of(702)
+        sending = list(
+            session.scalars(
+                select(Message.id)
+                .where(Message.status == "sending")
+                .order_by(Message.id)
+                .offset(BURST // 2)
+                .limit(4)
+            )
+        )
+        session.execute(
+            text(
+                "INSERT INTO attempts (message_id, cycle, number, provider_key, started_at) "
+                "SELECT id, 1, 1, 'key-' || id, :t0 FROM messages WHERE id = ANY(:ids)"
+            ),
+            {"ids": sending[:3], "t0": T0},
+        )
+
+    def claim(message_id: int) -> Claim:
+        return Claim(message_id, world.identity_id, 1, 1, lease_lost=False, claimed_at=T0)
 
     with plans_of(db) as plans, db.transaction() as session:
         stored = load_status(session, applied)
@@ -131,8 +164,23 @@ def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(
         assert claim_status(session, claimed)
         _fill_timestamp(session, filled, 1, "delivered_at", T0)
         assert len(parked_status_ids(session, world.identity_id, "wamid.new.703")) == 1
+        # The send side: an acceptance in one statement, a late one, an id adopted.
+        accepted = accept_at_once(
+            session,
+            claim(sending[0]),
+            "wamid.accepted",
+            T0,
+            http_status=200,
+            response_body="{}",
+            unknown_attempts=0,
+            had_unknown=False,
+        )
+        assert accepted is not None and accepted.applied
+        record_late_acceptance(session, claim(sending[1]), "wamid.late", T0)
+        record_provider_id(session, sending[2], 1, "wamid.adopted")
+        assert claim_message(session, sending[3], T0, timedelta(seconds=30)) is not None
 
-    assert len(plans) >= 5, [statement for statement, _ in plans]
+    assert len(plans) >= 11, [statement for statement, _ in plans]
     for statement, plan in plans:
         scans = rows_read(plan[0]["Plan"])
         assert all(kind != "Seq Scan" for kind, _, _ in scans), (statement, scans)
