@@ -8,6 +8,7 @@ import select
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import psycopg
@@ -21,9 +22,13 @@ from app.correlation import derive_key
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
-# A pooled PostgreSQL connection idle for longer than this is pinged (a round trip) before
-# use; one used more recently only has its socket looked at (see `_check_on_checkout`).
+# A pooled PostgreSQL connection last handed out longer ago than this is pinged (a round
+# trip) before use; one used more recently only has its socket looked at, unless the unit
+# of work asks for the ping (see `_check_on_checkout`).
 PING_AFTER_IDLE_SECONDS = 2.0
+
+# Set by `Database.transaction(ping=True)`: every checkout inside pings.
+_PING_EVERY_CHECKOUT: ContextVar[bool] = ContextVar("ratchet_ping_every_checkout", default=False)
 
 
 def normalise_url(url: str) -> str:
@@ -51,17 +56,21 @@ def build_engine(
     # A database error's text names the statement, never its values (message bodies,
     # webhook payloads): those errors are logged.
     kwargs.setdefault("hide_parameters", True)
+    # The socket check reads psycopg's own connection; any other driver keeps the pre-ping.
+    checked = parsed.get_driver_name() == "psycopg" and not kwargs.get("pool_pre_ping")
+    kwargs.setdefault("pool_pre_ping", not checked)
     engine = create_engine(url, **kwargs)
-    if not kwargs.get("pool_pre_ping"):
+    if checked:
         _check_on_checkout(engine, ping_after_idle)
     return engine
 
 
-IDLE_SINCE = "ratchet.idle_since"
+HANDED_OUT = "ratchet.handed_out"
 
 
 def _check_on_checkout(engine: Engine, ping_after_idle: float) -> None:
-    """SQLAlchemy's `pool_pre_ping`, paid only where a connection may have gone stale.
+    """SQLAlchemy's `pool_pre_ping`, paid only where a connection may have gone stale, or
+    where a failure would cost more than a round trip.
 
     The pre-ping is a round trip on every checkout: about a twelfth of a webhook's CPU,
     where a request checks out once and the connection was last used a few milliseconds
@@ -70,36 +79,39 @@ def _check_on_checkout(engine: Engine, ping_after_idle: float) -> None:
     - the socket is polled without waiting: a server that ended the session (a restart,
       a failover, `pg_terminate_backend`, `idle_session_timeout`) has closed it or sent
       its last error, so it reads as ready when nothing should be there;
-    - a connection that sat in the pool for longer than `ping_after_idle` seconds is also
-      pinged, as the pre-ping would, for what the socket cannot show: a network path that
-      dropped it silently.
+    - a connection last handed out more than `ping_after_idle` seconds ago is also pinged,
+      as the pre-ping would, for what the socket cannot show: a network path that dropped
+      it silently (a NAT or a load balancer forgetting the flow, a virtual IP moving);
+    - so is every connection a `Database.transaction(ping=True)` checks out, however
+      recently used: the record of a provider's answer, which a silently dead connection
+      would turn from an accepted send into an unknown outcome.
 
     Either way the connection is replaced before anyone uses it (SQLAlchemy's documented
-    `DisconnectionError` from a checkout listener), so a record after a database restart
-    reconnects exactly as with the pre-ping. What goes unchecked is a connection used in
-    the last `ping_after_idle` seconds whose path died silently since: 2 s is well under
-    any failover's own outage, during which that connection's last use would have failed
-    anyway (and invalidated the pool).
+    `DisconnectionError` from a checkout listener). What goes unchecked is a connection
+    handed out in the last `ping_after_idle` seconds whose path died silently since, for
+    units of work that can fail safely: a webhook answers 5xx and is delivered again, an
+    API call answers 5xx and is retried with its idempotency key, a claim or a sweep is
+    done again.
     """
     dialect = engine.dialect
 
     @event.listens_for(engine, "connect")
     def _fresh(_dbapi_connection: Any, record: Any) -> None:
-        record.info.pop(IDLE_SINCE, None)  # just connected: nothing to check
-
-    @event.listens_for(engine, "checkin")
-    def _idle(_dbapi_connection: Any, record: Any) -> None:
-        record.info[IDLE_SINCE] = time.monotonic()
+        record.info.pop(HANDED_OUT, None)  # just connected: nothing to check
 
     @event.listens_for(engine, "checkout")
     def _check(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-        idle_since = record.info.pop(IDLE_SINCE, None)
-        if idle_since is None:
+        now = time.monotonic()
+        # From when it was last handed out, not returned: a connection held a while with
+        # nothing sent goes back to the pool no fresher than when it left.
+        handed_out = record.info.get(HANDED_OUT)
+        record.info[HANDED_OUT] = now
+        if handed_out is None:
             return
         if _hung_up(dbapi_connection):
             instruments.DB_REPLACED.labels("hung_up").inc()
             raise exc.DisconnectionError("the server closed the connection while it was pooled")
-        if time.monotonic() - idle_since < ping_after_idle:
+        if now - handed_out < ping_after_idle and not _PING_EVERY_CHECKOUT.get():
             return
         instruments.DB_PINGS.inc()
         try:
@@ -159,8 +171,22 @@ class Database:
         self.pinned_connection: Connection | None = None
 
     @contextmanager
-    def transaction(self) -> Iterator[Session]:
-        """One unit of work: commits on success, rolls back on error."""
+    def transaction(self, *, ping: bool = False) -> Iterator[Session]:
+        """One unit of work: commits on success, rolls back on error.
+
+        `ping`: the connection it checks out is pinged first however recently it was used
+        (see `_check_on_checkout`), for a unit of work whose failure would lose a fact from
+        outside: the record of a provider's answer."""
+        token = _PING_EVERY_CHECKOUT.set(True) if ping else None
+        try:
+            with self._transaction() as session:
+                yield session
+        finally:
+            if token is not None:
+                _PING_EVERY_CHECKOUT.reset(token)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Session]:
         if self.pinned_connection is not None:
             if self.pinned_session is None:
                 # One session for the block, made when first needed (a webhook's usual

@@ -327,8 +327,10 @@ def _call_and_record(
     )
     count_send(prepared.provider.name, prepared.lane, result, time.monotonic() - started)
 
-    # 3. Record, then let the caller react to the answer (a drain adjusts its pace).
-    with db.transaction() as session:
+    # 3. Record, then let the caller react to the answer (a drain adjusts its pace). On a
+    #    connection pinged first, however recently used: one whose path died silently
+    #    during the call would make an accepted send an unknown outcome.
+    with db.transaction(ping=True) as session:
         now = clock()
         recorded = record_outcome(
             session,

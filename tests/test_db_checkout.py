@@ -123,6 +123,22 @@ def test_a_connection_idle_past_the_limit_is_pinged_before_use(pg_url: str) -> N
         database.dispose()
 
 
+def test_a_connection_held_a_while_with_nothing_sent_is_pinged_when_next_handed_out(
+    pg_url: str,
+) -> None:
+    """Idle from when it was handed out: holding it quietly does not make it fresh."""
+    database = Database(pg_url, pool_size=1, max_overflow=0, ping_after_idle=0.3)
+    try:
+        pid = backend_pid(database)
+        with database.engine.connect():  # held, nothing sent
+            time.sleep(0.4)
+        assert last_query(pg_url, pid) == "ROLLBACK"
+        with database.engine.connect():
+            assert last_query(pg_url, pid) == ";"  # pinged before use
+    finally:
+        database.dispose()
+
+
 # A path that drops connections silently -------------------------------------------------
 
 
@@ -235,5 +251,53 @@ def test_a_connection_dropped_silently_and_used_at_once_fails_its_statement(
         with pytest.raises(DBAPIError) as raised, database.engine.connect() as connection:
             connection.execute(text("SELECT 1"))
         assert raised.value.connection_invalidated
+    finally:
+        database.dispose()
+
+
+def test_a_unit_of_work_that_asks_is_pinged_however_recently_its_connection_was_used(
+    pg_url: str, path: ForgetfulPath
+) -> None:
+    """`transaction(ping=True)`: the record of a provider's answer, after the call."""
+    database = Database(through(pg_url, path), pool_size=1, max_overflow=0, ping_after_idle=3600.0)
+    try:
+        first = backend_pid(database)
+        path.forget()
+        time.sleep(0.05)
+        with database.transaction(ping=True) as session:
+            second = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        assert second != first
+        # Only that unit of work: the next one is not pinged (its connection is new).
+        pings = counted(instruments.DB_PINGS)
+        assert backend_pid(database) == second
+        assert counted(instruments.DB_PINGS) == pings
+    finally:
+        database.dispose()
+
+
+def test_a_failed_ping_replaces_every_connection_pooled_before_it(
+    pg_url: str, path: ForgetfulPath
+) -> None:
+    """The path that dropped one dropped the others: they are not handed out either."""
+    database = Database(through(pg_url, path), pool_size=2, max_overflow=0, ping_after_idle=3600.0)
+    try:
+        with database.engine.connect() as one, database.engine.connect() as two:
+            pids = {
+                connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+                for connection in (one, two)
+            }
+            one.rollback()
+            two.rollback()
+        path.forget()
+        time.sleep(0.05)
+        with database.transaction(ping=True) as session:  # pinged: replaced
+            session.execute(text("SELECT 1"))
+        # Not pinged (used moments ago, no ping asked): still not the dead one.
+        with database.engine.connect() as one, database.engine.connect() as two:
+            now = {
+                connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+                for connection in (one, two)
+            }
+        assert not now & pids
     finally:
         database.dispose()
