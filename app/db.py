@@ -27,6 +27,19 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 # of work asks for the ping (see `_check_on_checkout`).
 PING_AFTER_IDLE_SECONDS = 2.0
 
+# libpq's TCP settings for every PostgreSQL connection (a URL's own query overrides them):
+# a path that drops packets without a reset (a partition, a NAT dropping the flow) fails a
+# connect, a ping or a statement in seconds instead of the kernel's quarter of an hour of
+# retransmissions, so a record after a provider's answer is not stuck past its lease.
+TCP_SETTINGS = {
+    "connect_timeout": 10,  # seconds
+    "tcp_user_timeout": 10_000,  # ms a sent byte may go unacknowledged
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+
 # Set by `Database.transaction(ping=True)`: every checkout inside pings.
 _PING_EVERY_CHECKOUT: ContextVar[bool] = ContextVar("ratchet_ping_every_checkout", default=False)
 
@@ -59,6 +72,9 @@ def build_engine(
     # The socket check reads psycopg's own connection; any other driver keeps the pre-ping.
     checked = parsed.get_driver_name() == "psycopg" and not kwargs.get("pool_pre_ping")
     kwargs.setdefault("pool_pre_ping", not checked)
+    if parsed.get_driver_name() == "psycopg":
+        tcp = {name: value for name, value in TCP_SETTINGS.items() if name not in parsed.query}
+        kwargs["connect_args"] = {**tcp, **kwargs.get("connect_args", {})}
     engine = create_engine(url, **kwargs)
     if checked:
         _check_on_checkout(engine, ping_after_idle)
@@ -176,7 +192,10 @@ class Database:
 
         `ping`: the connection it checks out is pinged first however recently it was used
         (see `_check_on_checkout`), for a unit of work whose failure would lose a fact from
-        outside: the record of a provider's answer."""
+        outside: the record of a provider's answer. Not on a pinned connection (checked out
+        already: nothing would be pinged); a test's bound database has one connection."""
+        if ping and self.pinned_connection is not None:
+            raise ValueError("ping=True needs a checkout; this database's connection is pinned")
         token = _PING_EVERY_CHECKOUT.set(True) if ping else None
         try:
             with self._transaction() as session:

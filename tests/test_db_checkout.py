@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from app import instruments
-from app.db import Database, normalise_url
+from app.db import TCP_SETTINGS, Database, normalise_url
 
 
 def counted(metric: Counter, **labels: str) -> float:
@@ -299,5 +299,40 @@ def test_a_failed_ping_replaces_every_connection_pooled_before_it(
                 for connection in (one, two)
             }
         assert not now & pids
+    finally:
+        database.dispose()
+
+
+def test_every_connection_carries_deadlines_for_a_path_that_drops_packets(pg_url: str) -> None:
+    """A path that drops packets without a reset gets no answer at all: without these a
+    ping or a record would wait out the kernel's retransmissions (about 15 minutes). Only
+    the settings are checked here: a local path always acknowledges what it is sent."""
+    database = Database(pg_url, pool_size=1, max_overflow=0)
+    override = make_url(normalise_url(pg_url)).update_query_dict({"tcp_user_timeout": "2500"})
+    overridden = Database(override.render_as_string(hide_password=False))
+    try:
+        for db, user_timeout in ((database, "10000"), (overridden, "2500")):
+            with db.engine.connect() as connection:
+                driver = connection.connection.driver_connection
+                assert driver is not None
+                settings = driver.info.get_parameters()
+                connection.rollback()
+            expected = {name: str(value) for name, value in TCP_SETTINGS.items()}
+            expected["tcp_user_timeout"] = user_timeout  # the URL's own wins
+            assert {name: settings.get(name) for name in TCP_SETTINGS} == expected
+    finally:
+        database.dispose()
+        overridden.dispose()
+
+
+def test_a_ping_cannot_be_asked_of_a_connection_already_checked_out(pg_url: str) -> None:
+    database = Database(pg_url, pool_size=1, max_overflow=0)
+    try:
+        with (
+            database.one_connection() as pinned,
+            pytest.raises(ValueError, match="pinned"),
+            pinned.transaction(ping=True),
+        ):
+            pass
     finally:
         database.dispose()
