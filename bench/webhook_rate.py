@@ -68,6 +68,7 @@ PHONE_NUMBER_ID = "106540352242922"
 APP_SECRET = "bench-app-secret"
 GOAL_RATIO = 0.7
 WARMUP = 100
+HISTORY = 20_000  # messages delivered before the run (see `create_history`)
 IN_PROCESS = 200
 IDLE = TransactionStatus.IDLE
 
@@ -182,6 +183,56 @@ def create_sent_messages(db: Any, identity_id: int, tag: str, count: int) -> lis
             {"tenant": tenant_id, "identity": identity_id, "tag": tag, "count": count},
         )
     return [f"wamid.{tag}.{n}" for n in range(1, count + 1)]
+
+
+def create_history(db: Any, identity_id: int, count: int) -> None:
+    """What an installation that has run a while holds: `count` messages delivered, each
+    with its applied status, and the planner's statistics taken over them.
+
+    Against empty tables, PostgreSQL plans the first statements of each connection (kept
+    by psycopg once prepared) for a table of one page, with sequential scans, and keeps
+    those plans while the rounds grow the tables, until autovacuum's ANALYZE: the rates
+    then measure a fresh install's first minute (both sides alike), not the system."""
+    from sqlalchemy import text
+
+    wamids = create_sent_messages(db, identity_id, "history", count)
+    with db.transaction() as session:
+        session.execute(
+            text(
+                "UPDATE messages SET status = 'delivered', delivered_at = now() "
+                "WHERE provider_message_id = ANY(:wamids)"
+            ),
+            {"wamids": wamids},
+        )
+        delivery = session.execute(
+            text(
+                "INSERT INTO webhook_deliveries (provider, identity_id, headers, body, "
+                "received_at) VALUES ('whatsapp', :identity, '{}', '{}', now()) RETURNING id"
+            ),
+            {"identity": identity_id},
+        ).scalar_one()
+        session.execute(
+            text(
+                """
+                INSERT INTO webhook_statuses (delivery_id, provider, identity_id, routing_id,
+                    dedupe_key, provider_message_id, status, received_at, payload, tries,
+                    applied_at, result)
+                SELECT :delivery, 'whatsapp', :identity, :routing, 'history-' || n,
+                    'wamid.history.' || n, 'delivered', now(), '{}'::json, 1, now(), 'applied'
+                FROM generate_series(1, :count) AS n
+                """
+            ),
+            {
+                "delivery": delivery,
+                "identity": identity_id,
+                "routing": PHONE_NUMBER_ID,
+                "count": count,
+            },
+        )
+    with db.engine.connect() as connection:
+        connection.execution_options(isolation_level="AUTOCOMMIT").execute(
+            text("VACUUM ANALYZE messages, webhook_statuses, webhook_deliveries")
+        )
 
 
 def signed_bodies(wamids: list[str]) -> list[dict[str, str]]:
@@ -525,6 +576,11 @@ def main() -> int:
 
             db = get_db()
             identity_id = create_world(db)
+            create_history(db, identity_id, HISTORY)
+            print(
+                f"history: {HISTORY} messages delivered, each with its applied status, and "
+                "the statistics taken (VACUUM ANALYZE), before the first round"
+            )
             floor = Side("floor", "bench.webhook_floor:app")
             ratchet = Side("ratchet", "wsgi:app")
             for side in (floor, ratchet):
