@@ -494,3 +494,16 @@ def print_machine(before: tuple[int, int], after: tuple[int, int], ours: float) 
         f"other processes (not this benchmark's) used {others:.1f} CPU-s "
         f"= {others / wall if wall else 0:.2f} of {cores} cores"
     )
+
+
+def checkout_pings() -> float:
+    """Round trips made to check a pooled connection (`ratchet_db_pings`) in this process:
+    not statements, so not in the statement counts."""
+    from app import instruments
+
+    return sum(
+        sample.value
+        for family in instruments.DB_PINGS.collect()
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )

@@ -35,6 +35,7 @@ from bench.common import (
     BenchBroke,
     Processes,
     Sandbox,
+    checkout_pings,
     count_status,
     cpu_delta,
     cpu_snapshot,
@@ -347,6 +348,7 @@ def count_one_drain(sandbox: Sandbox, app: Any, profile: bool) -> dict[str, Any]
                     thread_profiles.append(mine)
 
         drainer._send = profiled_send  # type: ignore[method-assign]
+    pings_before = checkout_pings()
     cpu_before, wall_before = self_cpu(), time.monotonic()
     try:
         if profiler is not None:
@@ -356,6 +358,7 @@ def count_one_drain(sandbox: Sandbox, app: Any, profile: bool) -> dict[str, Any]
         if profiler is not None:
             profiler.disable()
         cpu_spent, wall_spent = self_cpu() - cpu_before, time.monotonic() - wall_before
+        transactions["ping"] = int(checkout_pings() - pings_before)
         redis.connection.Connection.send_packed_command = original_send  # type: ignore[method-assign]
         for name, listener in listeners:
             event.remove(db.engine, name, listener)
@@ -477,6 +480,10 @@ def main() -> int:
             print(
                 f"  transactions per message:   "
                 f"{', '.join(f'{k} {tx[k] / n:.2f}' for k in ('BEGIN', 'COMMIT', 'ROLLBACK'))}"
+            )
+            print(
+                f"  pings at checkout per message: {tx['ping'] / n:.2f} (the record of each "
+                "provider answer pings its connection first: Database.transaction(ping=True))"
             )
             print(
                 f"  PostgreSQL connections opened / closed by the pool: {tx['connect']} / "

@@ -48,6 +48,7 @@ from bench.common import (
     SECRET_KEY,
     BenchBroke,
     Processes,
+    checkout_pings,
     cpu_delta,
     cpu_snapshot,
     free_port,
@@ -425,18 +426,6 @@ def run_round(
 # Counting, in this process -----------------------------------------------------------
 
 
-def pings() -> float:
-    """Round trips made to check a pooled connection (`ratchet_db_pings`), in this process."""
-    from app import instruments
-
-    return sum(
-        sample.value
-        for family in instruments.DB_PINGS.collect()
-        for sample in family.samples
-        if sample.name.endswith("_total")
-    )
-
-
 def count_in_process(app: Any, db: Any, identity_id: int, profile: bool) -> dict[str, Any]:
     """Post IN_PROCESS signed deliveries through the test client, counting what they ask."""
     from sqlalchemy import event
@@ -490,7 +479,7 @@ def count_in_process(app: Any, db: Any, identity_id: int, profile: bool) -> dict
         event.listen(target, name, listener)
     profiler = cProfile.Profile() if profile else None
     results: Counter[str] = Counter()
-    pings_before = pings()
+    pings_before = checkout_pings()
     started = time.perf_counter()
     cpu_started = time.process_time()
     try:
@@ -515,7 +504,7 @@ def count_in_process(app: Any, db: Any, identity_id: int, profile: bool) -> dict
             event.remove(target, name, listener)
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu_started
-    transactions["ping"] = int(pings() - pings_before)
+    transactions["ping"] = int(checkout_pings() - pings_before)
     if results.get("applied") != IN_PROCESS:
         raise BenchBroke(f"in-process deliveries: {dict(results)}, not {IN_PROCESS} applied")
     top = None
