@@ -10,6 +10,10 @@ Redis key with its token, renewed as it goes), it repeats:
 3. Claim that many due messages in one fenced update (`claim_batch`), prepare each in the
    same transaction, then call the provider for each concurrently and record each outcome
    with its own fenced write: the per-message step (`call_and_record`) the send job uses.
+   On the reply lane the drain does not wait for those calls to end before it looks again:
+   a ring that arrives while they are in flight (the dirty flag, looked at every 50 ms
+   while a call thread is free) starts the next step, which claims no more than the free
+   threads, so a reply never waits behind another reply's slow call and its record.
 4. Provider feedback: a rate-limit answer slows the identity; a pair limit paces that one
    recipient.
 
@@ -26,7 +30,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -53,6 +57,7 @@ from app.repo.sending import insert_attempts, take_verdict
 from jobs.pacing import Pacer, Rates
 from jobs.queues import (
     clear_dirty,
+    drain_keys,
     get_queue,
     get_redis,
     release_drain,
@@ -76,6 +81,11 @@ SLOW_DOWN_CODES = frozenset({130429, 80007, 4, 20429})
 # Waits for a pacing slot up to this long are spent inside the drain when no other drain
 # is waiting for a worker; longer ones are rung through RQ's scheduler.
 MAX_INLINE_WAIT = 2.0
+# While a reply drain's calls are in flight and a call thread is free, it looks this often
+# for a ring (the dirty flag), and claims what was rung without waiting for those calls to
+# end. A call that ends wakes it at once; the poll only matters behind a slow call, where
+# it saves the rest of that call's wait for 20 round trips a second.
+RING_WATCH_SECONDS = 0.05
 
 
 def drain(identity_id: int, lane: str, token: str) -> str:
@@ -122,15 +132,27 @@ class Drain:
     # The threads that call the provider, kept for the whole run: starting a pool's threads
     # for every batch cost more CPU than one send's log line.
     _calls: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+    # Calls submitted and not yet collected, oldest first: a reply drain goes on to claim
+    # what was rung while these are in flight (`_collect`).
+    _in_flight: list[Future[tuple[str, object]]] = field(
+        default_factory=list, init=False, repr=False
+    )
+    _watching: bool = field(default=True, init=False, repr=False)
 
     @property
     def lease_ms(self) -> int:
         return int(self.config.drain_lease_seconds * 1000)
 
+    @property
+    def _threads(self) -> int:
+        """Provider calls in flight at once, at most."""
+        return max(1, self.config.drain_concurrency)
+
     def run(self, token: str) -> str:
         try:
             return self._run(token)
         finally:
+            self._abandon()
             if self._calls is not None:
                 self._calls.shutdown(wait=True)
                 self._calls = None
@@ -144,6 +166,9 @@ class Drain:
             while True:
                 if not renew_drain(self.redis, self.identity_id, self.lane, token, self.lease_ms):
                     # Taken over after our key expired: the new holder owns the dirty flag.
+                    # Our calls in flight are all begun (a step claims no more than the
+                    # free threads): they end and are counted.
+                    self._collect(watch=False)
                     return self._summary("another drain holds this identity and lane now")
                 clear_dirty(self.redis, self.identity_id, self.lane)
                 step = self._step()
@@ -153,9 +178,11 @@ class Drain:
                 if self.monotonic() - started >= self.config.drain_slice:
                     now_again = True  # the slice is over: to the back of the queue
                     break
+            self._collect(watch=False)  # every call ends before the drain lets go
         except (RedisError, SQLAlchemyError) as exc:
             # Redis or the database went away mid-drain. Whatever was claimed stays leased
             # and becomes due again when the lease expires; the sweeper rings the drain.
+            self._abandon()
             log.warning(
                 "drain %s/%s stopped: %s; the sweeper rings it again",
                 self.identity_id,
@@ -202,7 +229,7 @@ class Drain:
                             extra={"outcome": "failed"},
                         )
             want = count_due(session, self.identity_id, self.lane, now, self.config, paced)
-            if want == 0:
+            if want == 0 and not self._in_flight:
                 again = earliest_due(session, self.identity_id, self.lane, now)
                 return _Step(stop=True, again=again)
             rates = Rates(
@@ -210,6 +237,15 @@ class Drain:
                 total=identity.total_rate,
             )
             other = identity.campaign_rate if self.lane == "reply" else identity.reply_rate
+        if want == 0:
+            # Rung for nothing new while an earlier step's calls are in flight: wait for
+            # them (or the next ring), then look again.
+            self._collect(watch=self.lane == "reply")
+            return _Step()
+        if self._in_flight:
+            # No more than the free call threads: a claim queued behind calls in flight
+            # could outwait its lease's latest start and stand down unsent.
+            want = min(want, self._threads - len(self._in_flight))
         # 2. Pacing slots, on Redis's clock. Waiting for one is never an attempt.
         grant = self.pacer.take(self.identity_id, self.lane, want, rates, other)
         if grant.slots == 0:
@@ -279,22 +315,69 @@ class Drain:
         if batch:
             if self._calls is None:
                 self._calls = ThreadPoolExecutor(
-                    max_workers=max(1, self.config.drain_concurrency),
+                    max_workers=self._threads,
                     thread_name_prefix=f"drain-{self.identity_id}-{self.lane}",
                 )
-            calls = [self._calls.submit(self._send, prepared) for prepared in batch]
-            try:
-                for call in calls:
-                    outcome, _ = call.result()
-                    self.outcomes[outcome.split(" ", 1)[0].rstrip(":")] += 1
-            except BaseException:
-                # The database or Redis went away: no call not yet begun is made (its claim
-                # lapses and it is due again), and the step ends only when those begun have.
-                for call in calls:
-                    call.cancel()
-                wait(calls)
-                raise
+            self._in_flight += [self._calls.submit(self._send, prepared) for prepared in batch]
+        self._collect(watch=self.lane == "reply")
         return _Step()
+
+    def _collect(self, *, watch: bool) -> None:
+        """Wait for the calls in flight and count their outcomes.
+
+        `watch` (the reply lane): return as soon as a ring arrives while some are still in
+        flight and a call thread is free, so a reply committed during another reply's call
+        is claimed and sent now, not after that call and its record. The calls left in
+        flight are collected by a later step, and all of them before the drain lets go.
+        """
+        try:
+            while self._in_flight:
+                # Polling only while a ring could be acted on: with every thread busy, the
+                # next call to end is what to wait for.
+                looking = watch and self._watching and len(self._in_flight) < self._threads
+                done, _ = wait(
+                    self._in_flight,
+                    timeout=RING_WATCH_SECONDS if looking else None,
+                    return_when=FIRST_COMPLETED,
+                )
+                for call in [call for call in self._in_flight if call in done]:
+                    self._in_flight.remove(call)
+                    self._count(call)
+                if looking and self._in_flight and self._rung():
+                    return
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _count(self, call: Future[tuple[str, object]]) -> None:
+        outcome, _ = call.result()
+        self.outcomes[outcome.split(" ", 1)[0].rstrip(":")] += 1
+
+    def _abandon(self) -> None:
+        """The database or Redis went away, or the job is cut short: no call not yet begun
+        is made (its claim lapses and it is due again), and this returns only when those
+        begun have ended."""
+        calls, self._in_flight = self._in_flight, []
+        for call in calls:
+            call.cancel()
+        wait(calls)
+        for call in calls:  # what those that ended did is still counted
+            if not call.cancelled() and call.exception() is None:
+                self._count(call)
+
+    def _rung(self) -> bool:
+        """A ring since this step cleared the dirty flag: something new may be due.
+
+        Without Redis the drain stops watching and waits for its calls as the campaign lane
+        does: what was claimed is still sent, and the next renewal ends the drain."""
+        try:
+            return bool(self.redis.exists(drain_keys(self.identity_id, self.lane)[1]))
+        except RedisError as exc:
+            log.warning(
+                "drain %s/%s stopped watching for rings: %s", self.identity_id, self.lane, exc
+            )
+            self._watching = False
+            return False
 
     def _send(self, prepared: Prepared) -> tuple[str, object]:
         def feedback(result: SendResult) -> None:
