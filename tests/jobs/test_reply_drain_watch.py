@@ -21,6 +21,10 @@ from jobs.queues import drain_keys
 from .conftest import Env
 
 SLOW = "15550000001"  # the sandbox accepts, then answers after the number's hang_seconds
+# The slow answer comes SLOW_ANSWER late, well inside the drain's provider timeout (the
+# fixture's is 1 s; these drains get their own), so every call here is accepted.
+SLOW_ANSWER = 1.5
+TIMEOUT = 2.5
 
 
 def attempt_outcomes(env: Env, message_id: int) -> list[str | None]:
@@ -44,10 +48,10 @@ def drain_with_a_second_message_during_a_slow_call(
     env: Env, lane: str, second_to: str
 ) -> tuple[int, dict[str, Any], str]:
     """Drain one identity's `lane` in this thread while a helper thread, once the provider
-    has the first message (whose answer comes 0.7 s late, under the 1 s provider
+    has the first message (whose answer comes SLOW_ANSWER late, inside the provider
     timeout), commits and rings a second one, then waits for the provider to have it and
     notes the first's attempt outcomes at that moment."""
-    number = env.number(statuses=[], hang_seconds=0.7)
+    number = env.number(statuses=[], hang_seconds=SLOW_ANSWER)
     identity_id = number["identity_id"]
     env.set_rates(number, reply_rate=100.0, campaign_rate=100.0, total_rate=200.0)
     redis = env.app.extensions["ratchet.redis"]
@@ -67,7 +71,8 @@ def drain_with_a_second_message_during_a_slow_call(
 
     helper = threading.Thread(target=second_message)
     helper.start()
-    drain = Drain(env.db, env.box, env.config, redis, Pacer(redis), identity_id, lane)
+    config = dataclasses.replace(env.config, provider_timeout=TIMEOUT)
+    drain = Drain(env.db, env.box, config, redis, Pacer(redis), identity_id, lane)
     summary = drain.run(token)
     helper.join(timeout=30)
     assert "error" not in seen, seen.get("error")
@@ -107,18 +112,23 @@ def test_a_campaign_drain_still_waits_for_its_batch_before_it_looks_again(env: E
 def test_calls_claimed_while_others_are_in_flight_never_queue_past_their_leases(
     env: Env,
 ) -> None:
-    """Four retries come due (rung as the sweeper does) while one reply's 0.7 s call is in
-    flight, with two call threads, a batch of four and a latest start 1.0 s after the
-    claim. Claiming all four at once would queue the last behind the first call and one
-    of its own: it would start about 1.4 s after its claim and stand down unsent. The
-    step claims only the free thread's worth, and the rest at the next."""
-    number = env.number(statuses=[], hang_seconds=0.7)
+    """Four retries come due (rung as the sweeper does) while one reply's 1.5 s call is in
+    flight, with two call threads, a batch of four and a latest start 2.5 s after the
+    claim (the provider timeout). Claiming all four at once would queue the last behind
+    the first call and one of its own: it would start about 3 s after its claim and stand
+    down unsent. The step claims only the free thread's worth, and the rest at the next."""
+    number = env.number(statuses=[], hang_seconds=SLOW_ANSWER)
     identity_id = number["identity_id"]
     env.set_rates(number, reply_rate=1000.0, campaign_rate=1000.0, total_rate=2000.0)
     config = dataclasses.replace(
-        env.config, drain_batch=4, drain_concurrency=2, lease_margin=0.5, webhook_grace=0.5
+        env.config,
+        provider_timeout=TIMEOUT,
+        drain_batch=4,
+        drain_concurrency=2,
+        lease_margin=0.5,
+        webhook_grace=0.5,
     )
-    assert config.lease_seconds - config.provider_timeout - config.lease_margin == 1.0
+    assert config.lease_seconds - config.provider_timeout - config.lease_margin == TIMEOUT
     redis = env.app.extensions["ratchet.redis"]
     token = "queue-wait"
     redis.set(drain_keys(identity_id, "reply")[0], token, px=60_000)
@@ -160,10 +170,10 @@ def test_calls_claimed_while_others_are_in_flight_never_queue_past_their_leases(
 def test_a_drain_taken_over_with_a_call_in_flight_still_counts_that_calls_outcome(
     env: Env,
 ) -> None:
-    number = env.number(statuses=[], hang_seconds=0.7)
+    number = env.number(statuses=[], hang_seconds=SLOW_ANSWER)
     identity_id = number["identity_id"]
     env.set_rates(number, reply_rate=1000.0, campaign_rate=1000.0, total_rate=2000.0)
-    config = dataclasses.replace(env.config, drain_concurrency=2)
+    config = dataclasses.replace(env.config, provider_timeout=TIMEOUT, drain_concurrency=2)
     redis = env.app.extensions["ratchet.redis"]
     pending, dirty = drain_keys(identity_id, "reply")
     redis.set(pending, "mine", px=60_000)
@@ -213,15 +223,17 @@ class CountingRedis:
 
 
 def watched_slow_reply(env: Env, concurrency: int) -> tuple[dict[str, int], float]:
-    """One reply answered 0.7 s late and nothing else rung: the drain's own Redis
+    """One reply answered SLOW_ANSWER late and nothing else rung: the drain's own Redis
     commands, and how long it ran."""
-    number = env.number(statuses=[], hang_seconds=0.7)
+    number = env.number(statuses=[], hang_seconds=SLOW_ANSWER)
     identity_id = number["identity_id"]
     env.set_rates(number, reply_rate=1000.0, campaign_rate=1000.0, total_rate=2000.0)
     redis = env.app.extensions["ratchet.redis"]
     redis.set(drain_keys(identity_id, "reply")[0], "poll", px=60_000)
     first = env.send(number, SLOW, lane="reply")
-    config = dataclasses.replace(env.config, drain_concurrency=concurrency)
+    config = dataclasses.replace(
+        env.config, provider_timeout=TIMEOUT, drain_concurrency=concurrency
+    )
     counting = CountingRedis(redis)
     drain = Drain(env.db, env.box, config, counting, Pacer(redis), identity_id, "reply")  # type: ignore[arg-type]
     started = time.monotonic()
