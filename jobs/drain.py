@@ -57,9 +57,9 @@ from app.repo.sending import insert_attempts, take_verdict
 from jobs.pacing import Pacer, Rates
 from jobs.queues import (
     clear_dirty,
-    drain_keys,
     get_queue,
     get_redis,
+    is_dirty,
     release_drain,
     renew_drain,
     ring_drain,
@@ -371,7 +371,7 @@ class Drain:
         Without Redis the drain stops watching and waits for its calls as the campaign lane
         does: what was claimed is still sent, and the next renewal ends the drain."""
         try:
-            return bool(self.redis.exists(drain_keys(self.identity_id, self.lane)[1]))
+            return is_dirty(self.redis, self.identity_id, self.lane)
         except RedisError as exc:
             log.warning(
                 "drain %s/%s stopped watching for rings: %s", self.identity_id, self.lane, exc

@@ -140,6 +140,11 @@ def clear_dirty(redis: Redis, identity_id: int, lane: str) -> None:
     redis.delete(drain_keys(identity_id, lane)[1])
 
 
+def is_dirty(redis: Redis, identity_id: int, lane: str) -> bool:
+    """Rung since the drain last cleared the flag: something new may be due."""
+    return bool(redis.exists(drain_keys(identity_id, lane)[1]))
+
+
 def whole_second_after(at: datetime) -> datetime:
     """RQ's scheduler keeps times to whole seconds, cutting the fraction off, so a job rung
     for 10.7 s would run from 10.0 s: before its message is due. Round up instead."""

@@ -7,12 +7,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select, update
 
 from app.clock import utcnow
+from app.config import Config
 from app.models import Attempt, Message
 from jobs.drain import Drain, ring_identity
 from jobs.pacing import Pacer
@@ -44,39 +46,65 @@ def wait_for(what: str, check: Any, limit: float = 15.0) -> Any:
     raise AssertionError(f"no {what} within {limit:.0f} s")
 
 
+def slow_number(env: Env, **rates: float) -> dict[str, Any]:
+    """A number whose SLOW recipient is answered SLOW_ANSWER late, with these rates."""
+    number = env.number(statuses=[], hang_seconds=SLOW_ANSWER)
+    env.set_rates(number, **rates)
+    return number
+
+
+def drain_during_the_first_call(
+    env: Env,
+    number: dict[str, Any],
+    lane: str,
+    config: Config,
+    token: str,
+    during: Callable[[], None],
+    seen: dict[str, Any],
+) -> str:
+    """Run the drain of `lane` in this thread, holding its key as `token`, while a helper
+    thread waits for the provider to have the first message, then runs `during` (its
+    call still in flight); what `during` raises is reported here. Returns the summary."""
+    redis = env.app.extensions["ratchet.redis"]
+
+    def helper() -> None:
+        try:
+            wait_for("the first message at the sandbox", lambda: env.accepted(number))
+            during()
+        except BaseException as exc:  # reported by the test's own thread
+            seen["error"] = exc
+
+    thread = threading.Thread(target=helper)
+    thread.start()
+    drain = Drain(env.db, env.box, config, redis, Pacer(redis), number["identity_id"], lane)
+    summary = drain.run(token)
+    thread.join(timeout=30)
+    assert "error" not in seen, seen.get("error")
+    return summary
+
+
 def drain_with_a_second_message_during_a_slow_call(
     env: Env, lane: str, second_to: str
 ) -> tuple[int, dict[str, Any], str]:
-    """Drain one identity's `lane` in this thread while a helper thread, once the provider
-    has the first message (whose answer comes SLOW_ANSWER late, inside the provider
-    timeout), commits and rings a second one, then waits for the provider to have it and
-    notes the first's attempt outcomes at that moment."""
-    number = env.number(statuses=[], hang_seconds=SLOW_ANSWER)
-    identity_id = number["identity_id"]
-    env.set_rates(number, reply_rate=100.0, campaign_rate=100.0, total_rate=200.0)
+    """While the first message's call is in flight (its answer comes SLOW_ANSWER late,
+    inside the provider timeout), commit and ring a second one, wait for the provider to
+    have it, and note the first's attempt outcomes at that moment."""
+    number = slow_number(env, reply_rate=100.0, campaign_rate=100.0, total_rate=200.0)
     redis = env.app.extensions["ratchet.redis"]
     token = f"watching-{lane}"
-    redis.set(drain_keys(identity_id, lane)[0], token, px=60_000)  # rings only mark it
+    key = drain_keys(number["identity_id"], lane)[0]
+    redis.set(key, token, px=60_000)  # rings only mark it
     first = env.send(number, SLOW, lane=lane)
     seen: dict[str, Any] = {"number": number}
 
     def second_message() -> None:
-        try:
-            wait_for("the first message at the sandbox", lambda: env.accepted(number))
-            seen["second"] = env.send(number, second_to, lane=lane)
-            wait_for("the second at the sandbox", lambda: len(env.accepted(number)) == 2)
-            seen["first outcomes then"] = attempt_outcomes(env, first)
-        except BaseException as exc:  # reported by the test's own thread
-            seen["error"] = exc
+        seen["second"] = env.send(number, second_to, lane=lane)
+        wait_for("the second at the sandbox", lambda: len(env.accepted(number)) == 2)
+        seen["first outcomes then"] = attempt_outcomes(env, first)
 
-    helper = threading.Thread(target=second_message)
-    helper.start()
     config = dataclasses.replace(env.config, provider_timeout=TIMEOUT)
-    drain = Drain(env.db, env.box, config, redis, Pacer(redis), identity_id, lane)
-    summary = drain.run(token)
-    helper.join(timeout=30)
-    assert "error" not in seen, seen.get("error")
-    assert redis.get(drain_keys(identity_id, lane)[0]) is None  # let go
+    summary = drain_during_the_first_call(env, number, lane, config, token, second_message, seen)
+    assert redis.get(key) is None  # let go
     return first, seen, summary
 
 
@@ -117,9 +145,8 @@ def test_calls_claimed_while_others_are_in_flight_never_queue_past_their_leases(
     claim (the provider timeout). Claiming all four at once would queue the last behind
     the first call and one of its own: it would start about 3 s after its claim and stand
     down unsent. The step claims only the free thread's worth, and the rest at the next."""
-    number = env.number(statuses=[], hang_seconds=SLOW_ANSWER)
+    number = slow_number(env, reply_rate=1000.0, campaign_rate=1000.0, total_rate=2000.0)
     identity_id = number["identity_id"]
-    env.set_rates(number, reply_rate=1000.0, campaign_rate=1000.0, total_rate=2000.0)
     config = dataclasses.replace(
         env.config,
         provider_timeout=TIMEOUT,
@@ -140,29 +167,19 @@ def test_calls_claimed_while_others_are_in_flight_never_queue_past_their_leases(
             .where(Message.id.in_(later))
             .values(status="sending", next_attempt_at=utcnow() + timedelta(hours=1))
         )
-    seen: dict[str, Any] = {}
 
     def retries_come_due() -> None:
-        try:
-            wait_for("the first reply at the sandbox", lambda: env.accepted(number))
-            with env.db.transaction() as session:
-                session.execute(
-                    update(Message)
-                    .where(Message.id.in_(later))
-                    .values(next_attempt_at=utcnow() - timedelta(milliseconds=1))
-                )
-            with env.app.app_context():
-                ring_identity(identity_id, "reply", config)
-        except BaseException as exc:
-            seen["error"] = exc
+        with env.db.transaction() as session:
+            session.execute(
+                update(Message)
+                .where(Message.id.in_(later))
+                .values(next_attempt_at=utcnow() - timedelta(milliseconds=1))
+            )
+        with env.app.app_context():
+            ring_identity(identity_id, "reply", config)
 
-    helper = threading.Thread(target=retries_come_due)
-    helper.start()
-    drain = Drain(env.db, env.box, config, redis, Pacer(redis), identity_id, "reply")
-    summary = drain.run(token)
-    helper.join(timeout=30)
+    summary = drain_during_the_first_call(env, number, "reply", config, token, retries_come_due, {})
 
-    assert "error" not in seen, seen.get("error")
     assert "stood" not in summary, summary
     assert [env.message(i).status for i in [first, *later]] == ["sent"] * 5, summary
 
@@ -170,31 +187,19 @@ def test_calls_claimed_while_others_are_in_flight_never_queue_past_their_leases(
 def test_a_drain_taken_over_with_a_call_in_flight_still_counts_that_calls_outcome(
     env: Env,
 ) -> None:
-    number = env.number(statuses=[], hang_seconds=SLOW_ANSWER)
-    identity_id = number["identity_id"]
-    env.set_rates(number, reply_rate=1000.0, campaign_rate=1000.0, total_rate=2000.0)
+    number = slow_number(env, reply_rate=1000.0, campaign_rate=1000.0, total_rate=2000.0)
     config = dataclasses.replace(env.config, provider_timeout=TIMEOUT, drain_concurrency=2)
     redis = env.app.extensions["ratchet.redis"]
-    pending, dirty = drain_keys(identity_id, "reply")
+    pending, dirty = drain_keys(number["identity_id"], "reply")
     redis.set(pending, "mine", px=60_000)
     first = env.send(number, SLOW, lane="reply")
-    seen: dict[str, Any] = {}
 
     def take_over() -> None:
-        try:
-            wait_for("the first reply at the sandbox", lambda: env.accepted(number))
-            redis.set(pending, "theirs", px=60_000)  # our key expired; another ring won it
-            redis.set(dirty, "1", px=60_000)
-        except BaseException as exc:
-            seen["error"] = exc
+        redis.set(pending, "theirs", px=60_000)  # our key expired; another ring won it
+        redis.set(dirty, "1", px=60_000)
 
-    helper = threading.Thread(target=take_over)
-    helper.start()
-    drain = Drain(env.db, env.box, config, redis, Pacer(redis), identity_id, "reply")
-    summary = drain.run("mine")
-    helper.join(timeout=30)
+    summary = drain_during_the_first_call(env, number, "reply", config, "mine", take_over, {})
 
-    assert "error" not in seen, seen.get("error")
     assert env.message(first).status == "sent"
     assert "1 accepted" in summary, summary
     assert "another drain holds" in summary, summary
@@ -225,9 +230,8 @@ class CountingRedis:
 def watched_slow_reply(env: Env, concurrency: int) -> tuple[dict[str, int], float]:
     """One reply answered SLOW_ANSWER late and nothing else rung: the drain's own Redis
     commands, and how long it ran."""
-    number = env.number(statuses=[], hang_seconds=SLOW_ANSWER)
+    number = slow_number(env, reply_rate=1000.0, campaign_rate=1000.0, total_rate=2000.0)
     identity_id = number["identity_id"]
-    env.set_rates(number, reply_rate=1000.0, campaign_rate=1000.0, total_rate=2000.0)
     redis = env.app.extensions["ratchet.redis"]
     redis.set(drain_keys(identity_id, "reply")[0], "poll", px=60_000)
     first = env.send(number, SLOW, lane="reply")
