@@ -160,14 +160,27 @@ class Message(Base):
         Index("ix_messages_last_claim", "identity_id", "lane", "last_attempt_at"),
         # The delivered-rate and dwell alerts: sends per identity over time.
         Index("ix_messages_identity_sent_at", "identity_id", "sent_at"),
-        # The dashboard's pages, which must not scan the table (issue 14 part 7). Partial on
-        # the few rows still waiting, so their size follows the backlog, not the history.
+        # The dashboard's pages, which must not scan the table (issue 14 part 7), and the
+        # drains' claims. Partial on the few rows still waiting, so their size follows the
+        # backlog, not the history. Its last key is the claim's order, `id + 0` (see
+        # `claim_batch`): only this index gives that order, so the planner can never walk
+        # the primary key from the table's first row instead.
         Index(
             "ix_messages_waiting",
             "identity_id",
             "lane",
+            text("(id + 0)"),
             postgresql_where=text("status IN ('queued', 'sending')"),
             sqlite_where=text("status IN ('queued', 'sending')"),
+        ),
+        # The drains' question each step: which messages owe a verdict now (normally none).
+        Index(
+            "ix_messages_owed_verdicts",
+            "identity_id",
+            "lane",
+            "next_attempt_at",
+            postgresql_where=text("pending_verdict IS NOT NULL"),
+            sqlite_where=text("pending_verdict IS NOT NULL"),
         ),
         Index(
             "ix_messages_waiting_age",

@@ -51,7 +51,14 @@ from app.lifecycle import Status
 from app.logs import log_context
 from app.models import Message
 from app.providers.base import FailureClass, SendResult
-from app.repo.claims import claim_batch, earliest_due, is_due, lane_paused
+from app.repo.claims import (
+    CLAIM_ORDER,
+    claim_batch,
+    earliest_due,
+    is_due,
+    lane_paused,
+    plan_without_sorts,
+)
 from app.repo.identities import get_identity
 from app.repo.sending import insert_attempts, take_verdict
 from jobs.pacing import Pacer, Rates
@@ -438,12 +445,15 @@ def count_due(
     )
     if paced:
         query = query.where(Message.recipient.not_in(paced))
-    limited = query.limit(config.drain_batch).subquery()
+    # In the claim's order, so read as the claim reads (see `plan_without_sorts`).
+    plan_without_sorts(session)
+    limited = query.order_by(CLAIM_ORDER).limit(config.drain_batch).subquery()
     return session.scalar(select(func.count()).select_from(limited)) or 0
 
 
 def owed_verdicts(session: Session, identity_id: int, lane: str, now: datetime) -> list[int]:
     """Messages of this identity and lane whose grace wait is over and owe a verdict."""
+    plan_without_sorts(session)
     return list(
         session.scalars(
             select(Message.id)
@@ -454,6 +464,8 @@ def owed_verdicts(session: Session, identity_id: int, lane: str, now: datetime) 
                 Message.pending_verdict.is_not(None),
                 Message.next_attempt_at <= now,
             )
+            # Oldest first, as `ix_messages_owed_verdicts` gives them (`plan_without_sorts`).
+            .order_by(Message.next_attempt_at)
             .limit(100)
         )
     )

@@ -1,0 +1,98 @@
+"""A drain's step (its claim, and its questions of what is due and what owes a verdict)
+reads the rows it concerns and hardly any others, however long the identity's history and
+whatever the statistics say.
+
+Found in `bench/pacing.py`: ordered by `id`, the claim let PostgreSQL walk the primary key
+from the table's first row (statistics taken with the backlog: the waiting rows rated as
+spread evenly, where they sit after the whole history), or read and sort the identity's
+whole lane through `ix_messages_last_claim` (statistics taken before it: the identity rated
+at one row): about 2,000 rows per claim. `owed_verdicts` read the whole backlog through
+`ix_messages_waiting` (10,000 rows, 13 ms a step), and `count_due` the table from its first
+row. The step's statements run once more under `EXPLAIN ANALYZE` in a savepoint rolled
+back at once (`plans_of`), so the plans checked are those of the exact SQL and values sent.
+PostgreSQL only."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from flask import Flask
+from sqlalchemy import text
+
+from app.db import Database
+from app.repo.claims import claim_batch
+from jobs.drain import count_due, owed_verdicts
+
+from ..conftest import T0
+from ..factories import make_world
+from .test_key_lookups_plan import MESSAGES, plans_of
+from .test_provider_id_lookup import rows_read
+
+HISTORY = 1500  # sent before the backlog, lower ids
+BACKLOG = 1500
+LIMIT = 10
+
+
+@pytest.mark.parametrize("statistics", ["before the backlog", "with the backlog"])
+def test_a_drain_step_reads_the_rows_it_claims_not_the_history(
+    db: Database, app: Flask, statistics: str
+) -> None:
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("the plan checked is PostgreSQL's")
+    world = make_world(db)
+    other = make_world(db, name="other", account_id="1000002")
+    common = {"t0": T0, "delivered_at": None, "with_ids": False}
+    # Another identity's rows first each time, then this one's.
+    identities = [(other.tenant_id, other.identity_id), (world.tenant_id, world.identity_id)]
+    with db.transaction() as session:
+        for tenant, identity in identities:
+            session.execute(
+                MESSAGES,
+                {**common, "tenant": tenant, "identity": identity}
+                | {"status": "sent", "tag": "old", "count": HISTORY},
+            )
+        if statistics == "before the backlog":
+            session.execute(text("ANALYZE messages"))  # (rolled back with the test)
+        for tenant, identity in identities:  # the backlogs, after the whole history
+            session.execute(
+                MESSAGES,
+                {**common, "tenant": tenant, "identity": identity}
+                | {"status": "queued", "tag": "new", "count": BACKLOG},
+            )
+        if statistics == "with the backlog":
+            session.execute(text("ANALYZE messages"))
+
+    config = app.config["RATCHET"]
+    with plans_of(db) as plans, db.transaction() as session:
+        assert owed_verdicts(session, world.identity_id, "campaign", T0) == []
+        due = count_due(session, world.identity_id, "campaign", T0, config, [])
+        assert due == min(BACKLOG, config.drain_batch)
+        first = claim_batch(
+            session, world.identity_id, "campaign", LIMIT, T0, timedelta(seconds=30)
+        )
+        second = claim_batch(
+            session, world.identity_id, "campaign", LIMIT, T0, timedelta(seconds=30)
+        )
+
+    # Oldest first, and the second claim goes on where the first stopped.
+    claimed = [claim.message_id for claim in first + second]
+    assert len(claimed) == 2 * LIMIT and claimed == sorted(claimed)
+    with db.transaction() as session:
+        oldest = session.execute(
+            text(
+                "SELECT id FROM messages WHERE identity_id = :i AND status <> 'sent' "
+                "ORDER BY id LIMIT :n"
+            ),
+            {"i": world.identity_id, "n": 2 * LIMIT},
+        ).scalars()
+        assert claimed == list(oldest)
+
+    assert plans, "no statement was checked"
+    for statement, plan in plans:
+        scans = rows_read(plan[0]["Plan"])
+        assert all(kind != "Seq Scan" for kind, _, _ in scans), (statement, scans)
+        # The claimed rows (and those the first claim took, still in the waiting index as
+        # `sending`) and the identity's row: a few dozen, where a walk of the primary key
+        # or of the whole lane reads thousands.
+        assert sum(rows for _, _, rows in scans) <= 3 * LIMIT + 2, (statement, scans)
