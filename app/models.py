@@ -173,6 +173,15 @@ class Message(Base):
             postgresql_where=text("status IN ('queued', 'sending')"),
             sqlite_where=text("status IN ('queued', 'sending')"),
         ),
+        # A drain's last question, when nothing is due: when its next lease expires.
+        Index(
+            "ix_messages_leases",
+            "identity_id",
+            "lane",
+            "lease_until",
+            postgresql_where=text("status = 'sending'"),
+            sqlite_where=text("status = 'sending'"),
+        ),
         # The drains' question each step: which messages owe a verdict now (normally none).
         Index(
             "ix_messages_owed_verdicts",

@@ -56,6 +56,7 @@ from app.repo.claims import (
     claim_batch,
     earliest_due,
     is_due,
+    is_waiting,
     lane_paused,
     plan_without_sorts,
 )
@@ -440,6 +441,7 @@ def count_due(
     query = select(Message.id).where(
         Message.identity_id == identity_id,
         Message.lane == lane,
+        is_waiting(),
         is_due(now),
         Message.pending_verdict.is_(None),
     )

@@ -30,6 +30,13 @@ class Claim:
     claimed_at: datetime  # our clock at the claim; the lease runs from here
 
 
+def is_waiting() -> Any:
+    """Queued or sending: the predicate of the waiting rows' partial indexes, written out
+    beside `is_due` (which implies it) for SQLite, whose planner cannot prove it from
+    `is_due`'s OR and would otherwise read and sort the lane's whole history."""
+    return Message.status.in_([Status.QUEUED.value, Status.SENDING.value])
+
+
 def is_due(now: datetime) -> Any:
     """A message a worker may claim now (identity active is checked separately)."""
     return or_(
@@ -65,11 +72,14 @@ def plan_without_sorts(session: Session) -> None:
     taken before a backlog rate every waiting row at none, and any index followed by a sort
     of "one row" looks as cheap: one read the whole waiting set on every step.
 
-    Each such read calls this first; the setting is sent once per transaction."""
+    Each such read calls this first; the setting is sent once per transaction, and holds
+    for every statement after it in that transaction: a statement added there with an
+    ORDER BY that no index gives still sorts, but one that an index could give (even a
+    poor one) will walk that index instead."""
     if session.get_bind().dialect.name != "postgresql":
         return
     transaction = session.get_transaction()
-    if session.info.get(_WITHOUT_SORTS) is transaction:
+    if transaction is not None and session.info.get(_WITHOUT_SORTS) is transaction:
         return
     session.execute(select(func.set_config("enable_sort", "off", True)))
     session.info[_WITHOUT_SORTS] = transaction
@@ -221,6 +231,7 @@ def claim_batch(
         .where(
             Message.identity_id == identity_id,
             Message.lane == lane,
+            is_waiting(),
             is_due(now),
             Message.pending_verdict.is_(None),
         )
@@ -297,14 +308,21 @@ def claim_batch(
 def earliest_due(session: Session, identity_id: int, lane: str, now: datetime) -> datetime | None:
     """When this identity and lane next has something due: a retry, a verdict, or a lease
     that will expire (None: nothing is waiting)."""
+    # Each the first row in an order one index gives, `ix_messages_due` and
+    # `ix_messages_leases` (see `plan_without_sorts`); `min()` let PostgreSQL read the
+    # whole waiting set through another index when the statistics predate the backlog.
+    plan_without_sorts(session)
     waiting = [
         session.scalar(
-            select(func.min(column)).where(
+            select(column)
+            .where(
                 Message.identity_id == identity_id,
                 Message.lane == lane,
                 Message.status == Status.SENDING.value,
                 column > now,
             )
+            .order_by(column)
+            .limit(1)
         )
         for column in (Message.next_attempt_at, Message.lease_until)
     ]

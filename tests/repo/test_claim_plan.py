@@ -7,8 +7,8 @@ from the table's first row (statistics taken with the backlog: the waiting rows 
 spread evenly, where they sit after the whole history), or read and sort the identity's
 whole lane through `ix_messages_last_claim` (statistics taken before it: the identity rated
 at one row): about 2,000 rows per claim. `owed_verdicts` read the whole backlog through
-`ix_messages_waiting` (10,000 rows, 13 ms a step), and `count_due` the table from its first
-row. The step's statements run once more under `EXPLAIN ANALYZE` in a savepoint rolled
+`ix_messages_waiting` (10,000 rows, 13 ms a step), `count_due` the table from its first
+row, and `earliest_due` the whole waiting set. The step's statements run once more under `EXPLAIN ANALYZE` in a savepoint rolled
 back at once (`plans_of`), so the plans checked are those of the exact SQL and values sent.
 PostgreSQL only."""
 
@@ -21,7 +21,7 @@ from flask import Flask
 from sqlalchemy import text
 
 from app.db import Database
-from app.repo.claims import claim_batch
+from app.repo.claims import claim_batch, earliest_due
 from jobs.drain import count_due, owed_verdicts
 
 from ..conftest import T0
@@ -73,6 +73,10 @@ def test_a_drain_step_reads_the_rows_it_claims_not_the_history(
         )
         second = claim_batch(
             session, world.identity_id, "campaign", LIMIT, T0, timedelta(seconds=30)
+        )
+        # What a drain asks when nothing is due: the first lease to expire (the claims').
+        assert earliest_due(session, world.identity_id, "campaign", T0) == T0 + timedelta(
+            seconds=30
         )
 
     # Oldest first, and the second claim goes on where the first stopped.
