@@ -8,9 +8,9 @@ spread evenly, where they sit after the whole history), or read and sort the ide
 whole lane through `ix_messages_last_claim` (statistics taken before it: the identity rated
 at one row): about 2,000 rows per claim. `owed_verdicts` read the whole backlog through
 `ix_messages_waiting` (10,000 rows, 13 ms a step), `count_due` the table from its first
-row, and `earliest_due` the whole waiting set. The step's statements run once more under `EXPLAIN ANALYZE` in a savepoint rolled
-back at once (`plans_of`), so the plans checked are those of the exact SQL and values sent.
-PostgreSQL only."""
+row, and `earliest_due` the whole waiting set. The step's statements run once more under
+`EXPLAIN ANALYZE` in a savepoint rolled back at once (`plans_of`), so the plans checked are
+those of the exact SQL and values sent. PostgreSQL only."""
 
 from __future__ import annotations
 
