@@ -209,9 +209,9 @@ def claim_batch(
     """
     if limit <= 0:
         return []
+    plan_without_sorts(session)
     # Read with a share lock: a pause committing now waits for this claim, or this claim
     # sees the pause; a pause never lets a batch through after its commit.
-    plan_without_sorts(session)
     state = session.execute(
         select(Identity.paused_at, Identity.campaign_paused_at)
         .where(Identity.id == identity_id)
