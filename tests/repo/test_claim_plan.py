@@ -15,16 +15,20 @@ those of the exact SQL and values sent. PostgreSQL only."""
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 from flask import Flask
-from sqlalchemy import text
+from sqlalchemy import event, text
 
+from app import migrate
+from app.correlation import derive_key
 from app.db import Database
 from app.repo.claims import claim_batch, earliest_due
 from jobs.drain import count_due, owed_verdicts
 
-from ..conftest import T0
+from ..conftest import SECRET_KEY, T0
 from ..factories import make_world
 from .test_key_lookups_plan import MESSAGES, plans_of
 from .test_provider_id_lookup import rows_read
@@ -100,3 +104,66 @@ def test_a_drain_step_reads_the_rows_it_claims_not_the_history(
         # `sending`) and the identity's row: a few dozen, where a walk of the primary key
         # or of the whole lane reads thousands.
         assert sum(rows for _, _, rows in scans) <= 3 * LIMIT + 2, (statement, scans)
+
+
+HISTORY_SQLITE = text(
+    """
+    WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :count)
+    INSERT INTO messages (tenant_id, identity_id, recipient, lane, body_text, fingerprint,
+        status, cycle, provider_key_cycle, attempt, unknown_attempts, rate_limited_attempts,
+        had_unknown_outcome, queued_at, created_at)
+    SELECT :tenant, :identity, '1555' || i, 'campaign', 'hello', 'f' || i, :status, 1, 1, 0,
+        0, 0, 0, :t0, :t0
+    FROM n
+    """
+)
+
+
+def test_on_sqlite_the_claim_and_the_count_read_the_waiting_rows_not_the_history(
+    app: Flask, tmp_path: Path
+) -> None:
+    """SQLite (what `make run` uses) cannot prove the waiting rows' predicate from the due
+    test's OR: without `is_waiting()` written out, the claim and `count_due` searched an
+    index by identity and lane alone, reading the lane's whole history (16 ms for
+    `count_due` with 50,000 sent messages). With it, the search is by the waiting status
+    too (SQLite's own choice of index), or walks the waiting rows' index."""
+    database = Database(
+        f"sqlite:///{tmp_path / 'ratchet.db'}", correlation_key=derive_key(SECRET_KEY)
+    )
+    migrate.upgrade(database.engine)
+    plans: list[tuple[str, list[str]]] = []
+
+    def before(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM messages" in statement:
+            cursor.execute(f"EXPLAIN QUERY PLAN {statement}", parameters)
+            plans.append((statement, [str(row[-1]) for row in cursor.fetchall()]))
+
+    try:
+        world = make_world(database)
+        common = {"tenant": world.tenant_id, "identity": world.identity_id, "t0": T0}
+        with database.transaction() as session:
+            session.execute(HISTORY_SQLITE, {**common, "status": "sent", "count": 300})
+            session.execute(HISTORY_SQLITE, {**common, "status": "queued", "count": 30})
+        config = app.config["RATCHET"]
+        event.listen(database.engine, "before_cursor_execute", before)
+        try:
+            with database.transaction() as session:
+                due = count_due(session, world.identity_id, "campaign", T0, config, [])
+                claims = claim_batch(
+                    session, world.identity_id, "campaign", LIMIT, T0, timedelta(seconds=30)
+                )
+        finally:
+            event.remove(database.engine, "before_cursor_execute", before)
+    finally:
+        database.dispose()
+
+    assert due == min(30, config.drain_batch) and len(claims) == LIMIT
+    ordered = [statement for statement, _ in plans if "ORDER BY messages.id + 0" in statement]
+    assert len(ordered) == 2, [statement for statement, _ in plans]
+    for statement, steps in plans:
+        if statement not in ordered:
+            continue
+        searches = [step for step in steps if step.startswith(("SEARCH messages", "SCAN messages"))]
+        assert searches, (statement, steps)
+        for step in searches:
+            assert "ix_messages_waiting " in step or "status=?" in step, (statement, steps)
