@@ -209,7 +209,6 @@ def claim_batch(
     """
     if limit <= 0:
         return []
-    plan_without_sorts(session)
     # Read with a share lock: a pause committing now waits for this claim, or this claim
     # sees the pause; a pause never lets a batch through after its commit.
     state = session.execute(
@@ -219,6 +218,7 @@ def claim_batch(
     ).first()
     if state is None or lane_paused(state, lane):
         return []
+    plan_without_sorts(session)
     query = (
         select(
             Message.id,
