@@ -63,7 +63,7 @@ from app.repo.inbox import (
     status_payload,
     stored_status,
 )
-from app.repo.sql import still_null, unindexed
+from app.repo.sql import DriverStatement, still_null, unindexed
 
 _messages = cast(Table, Message.__table__)
 _events = cast(Table, MessageEvent.__table__)
@@ -140,8 +140,8 @@ def _build_record(checked: bool) -> Any:
     return select(delivery.c.id, select(status.c.id).scalar_subquery())
 
 
-_RECORD = _build_record(checked=False)
-_RECORD_CHECKED = _build_record(checked=True)
+_RECORD = DriverStatement(_build_record(checked=False))
+_RECORD_CHECKED = DriverStatement(_build_record(checked=True))
 
 
 def record_one_status(
@@ -167,26 +167,30 @@ def record_one_status(
     checks = {}
     if still_sealed is not None:
         checks = {"c_identity_id": still_sealed[0], "c_sealed": still_sealed[1]}
-    row = session.execute(
-        _RECORD if still_sealed is None else _RECORD_CHECKED,
-        {
-            **checks,
-            "d_provider": provider,
-            "d_identity_id": identity_id,
-            "d_headers": headers,
-            "d_body": body,
-            "now": now,
-            "s_provider": status.provider,
-            "s_identity_id": status.identity_id,
-            "s_routing_id": status.routing_id,
-            "s_dedupe_key": dedupe_key,
-            "s_provider_message_id": status.provider_message_id,
-            "s_correlation_id": status.correlation_id,
-            "s_status": status.status,
-            "s_provider_time": status.provider_time,
-            "s_payload": payload,
-        },
-    ).first()
+    row = (
+        (_RECORD if still_sealed is None else _RECORD_CHECKED)
+        .execute(
+            session,
+            {
+                **checks,
+                "d_provider": provider,
+                "d_identity_id": identity_id,
+                "d_headers": headers,
+                "d_body": body,
+                "now": now,
+                "s_provider": status.provider,
+                "s_identity_id": status.identity_id,
+                "s_routing_id": status.routing_id,
+                "s_dedupe_key": dedupe_key,
+                "s_provider_message_id": status.provider_message_id,
+                "s_correlation_id": status.correlation_id,
+                "s_status": status.status,
+                "s_provider_time": status.provider_time,
+                "s_payload": payload,
+            },
+        )
+        .first()
+    )
     if row is None:
         return None
     delivery_id, status_id = row
@@ -347,7 +351,7 @@ UNMOVED = "unmoved"
 ABORT_SQLSTATE = "RA001"
 
 # (target, extra columns) -> the statement, built once per shape.
-_APPLY: dict[tuple[Status, tuple[str, ...]], Any] = {}
+_APPLY: dict[tuple[Status, tuple[str, ...]], DriverStatement] = {}
 
 
 def apply_by_provider_id(
@@ -373,7 +377,7 @@ def apply_by_provider_id(
     extra = tuple(extra_values)
     statement = _APPLY.get((target, extra))
     if statement is None:
-        statement = _APPLY[(target, extra)] = _build_apply(target, extra)
+        statement = _APPLY[(target, extra)] = DriverStatement(_build_apply(target, extra))
     params: dict[str, Any] = {f"v_{name}": value for name, value in extra_values.items()}
     params.update(
         identity_id_=status.identity_id,
@@ -387,7 +391,7 @@ def apply_by_provider_id(
     )
     # (No parameter is named after a column: SQLAlchemy would add it to an UPDATE's SET.)
     try:
-        row = session.execute(statement, params).first()
+        row = statement.execute(session, params).first()
     except DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) != ABORT_SQLSTATE:
             raise

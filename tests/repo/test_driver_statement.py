@@ -1,0 +1,134 @@
+"""`DriverStatement` (app/repo/sql.py): a Core statement compiled once and sent as its text
+must do what `session.execute` of the same statement does: the same rows, the same bind
+processing (the UTC check, JSON), the values fixed in the statement, the Connection's
+events and its error translation with the parameters hidden."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import pytest
+from sqlalchemy import Table, bindparam, event, insert, or_, select
+from sqlalchemy.exc import IntegrityError
+
+from app.db import Database
+from app.models import WebhookDelivery
+from app.repo.sql import DriverStatement
+
+from ..conftest import T0
+
+_deliveries = cast(Table, WebhookDelivery.__table__)
+
+INSERT = (
+    insert(_deliveries)
+    .values(
+        provider=bindparam("provider", type_=_deliveries.c.provider.type),
+        identity_id=bindparam("identity_id", type_=_deliveries.c.identity_id.type),
+        headers=bindparam("headers", type_=_deliveries.c.headers.type),
+        body=bindparam("body", type_=_deliveries.c.body.type),
+        received_at=bindparam("now", type_=_deliveries.c.received_at.type),
+    )
+    .returning(_deliveries.c.id, _deliveries.c.provider)
+)
+
+# A bind used twice and a value fixed in the statement (the LIMIT).
+SINCE = (
+    select(_deliveries.c.id, _deliveries.c.body)
+    .where(
+        or_(
+            _deliveries.c.received_at > bindparam("now", type_=_deliveries.c.received_at.type),
+            _deliveries.c.received_at == bindparam("now", type_=_deliveries.c.received_at.type),
+        )
+    )
+    .order_by(_deliveries.c.id)
+    .limit(1)
+)
+
+
+def values(**changes: Any) -> dict[str, Any]:
+    return {
+        "provider": "whatsapp",
+        "identity_id": None,
+        "headers": {"Content-Type": "application/json", "X-Hub-Signature-256": "sha256=ab"},
+        "body": '{"object": "whatsapp_business_account"}',
+        "now": T0,
+        **changes,
+    }
+
+
+def test_it_writes_and_returns_what_session_execute_does(db: Database) -> None:
+    statement = DriverStatement(INSERT)
+    given = values()
+    with db.transaction() as session:
+        by_text = statement.execute(session, given).one()
+        by_core = session.execute(INSERT, values(body="by core")).one()
+        assert given == values()  # the caller's parameters are not processed in place
+        again = statement.execute(session, given).one()  # the same dict, once more
+    assert by_text.provider == by_core.provider == "whatsapp"
+    assert by_core.id == by_text.id + 1 and again.id == by_core.id + 1
+    with db.transaction() as session:
+        rows = {row.id: row for row in session.scalars(select(WebhookDelivery))}
+    # JSON went through its serialiser, the time through the UTC type, both as Core's.
+    for delivery_id in (by_text.id, again.id):
+        assert rows[delivery_id].headers == values()["headers"]
+        assert rows[delivery_id].received_at == T0
+    assert rows[by_core.id].headers == values()["headers"]
+
+
+def test_a_naive_time_is_refused_as_the_type_refuses_it(db: Database) -> None:
+    with db.transaction() as session:
+        with pytest.raises(ValueError, match="naive datetime"):
+            DriverStatement(INSERT).execute(session, values(now=datetime(2026, 1, 1)))
+        assert session.scalars(select(WebhookDelivery)).all() == []
+
+
+def test_a_time_in_another_zone_is_stored_as_the_same_instant(db: Database) -> None:
+    elsewhere = T0.astimezone(datetime.now(UTC).astimezone().tzinfo)
+    with db.transaction() as session:
+        DriverStatement(INSERT).execute(session, values(now=elsewhere))
+        stored = session.scalars(select(WebhookDelivery)).one()
+    assert stored.received_at == T0
+
+
+def test_a_repeated_bind_and_a_fixed_limit(db: Database) -> None:
+    insert_ = DriverStatement(INSERT)
+    with db.transaction() as session:
+        ids = [
+            insert_.execute(session, values(body=f"b{n}", now=T0 + timedelta(seconds=n))).one().id
+            for n in range(3)
+        ]
+        since = DriverStatement(SINCE)
+        rows = since.execute(session, {"now": T0 + timedelta(seconds=1)}).all()
+        core = session.execute(SINCE, {"now": T0 + timedelta(seconds=1)}).all()
+    assert [tuple(row) for row in rows] == [tuple(row) for row in core] == [(ids[1], "b1")]
+
+
+def test_the_connection_events_see_the_statement(db: Database) -> None:
+    seen: list[str] = []
+
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", before)
+    try:
+        with db.transaction() as session:
+            DriverStatement(INSERT).execute(session, values())
+    finally:
+        event.remove(db.engine, "before_cursor_execute", before)
+    assert [s for s in seen if s.startswith("INSERT INTO webhook_deliveries")], seen
+
+
+def test_a_refused_statement_raises_sqlalchemy_s_error_without_its_values(db: Database) -> None:
+    secret_body = "a body that must not reach a log"
+    with pytest.raises(IntegrityError) as raised, db.transaction() as session:
+        # No identity 999999: the foreign key refuses the row.
+        DriverStatement(INSERT).execute(session, values(identity_id=999_999, body=secret_body))
+    assert "fk_webhook_deliveries_identity_id_identities" in str(raised.value)
+    assert secret_body not in str(raised.value)
+
+
+def test_a_parameter_computed_at_execution_is_refused_when_compiled(db: Database) -> None:
+    computed = select(bindparam("x", callable_=lambda: 1))
+    with db.transaction() as session, pytest.raises(ValueError, match="computed at execution"):
+        DriverStatement(computed).execute(session, {})
