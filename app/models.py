@@ -379,7 +379,14 @@ class WebhookStatus(Base):
 
     __tablename__ = "webhook_statuses"
     __table_args__ = (
-        Index("ix_webhook_statuses_pending", "applied_at", "received_at"),
+        # Only the statuses still to apply (the sweeper's replay, the expiry of parked
+        # ones, a hold's check): an applied status leaves it, and applying one adds nothing.
+        Index(
+            "ix_webhook_statuses_pending",
+            "received_at",
+            postgresql_where=text("applied_at IS NULL"),
+            sqlite_where=text("applied_at IS NULL"),
+        ),
         Index("ix_webhook_statuses_provider_message_id", "provider", "provider_message_id"),
         # A message's page lists the statuses that named it.
         Index("ix_webhook_statuses_message_id", "message_id"),
