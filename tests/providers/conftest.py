@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from app.providers.base import Credentials
-from app.providers.http import close_client
+from app.providers.http import close_transport
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "whatsapp"
 TOKEN = "EAAG-test-token-do-not-log"
@@ -173,14 +173,14 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture(autouse=True)
 def _fresh_http_client() -> Iterator[None]:
     """Each test starts and ends without the shared client (no socket outlives a test)."""
-    close_client()
+    close_transport()
     yield
-    close_client()
+    close_transport()
 
 
 @pytest.fixture
 def provider_server() -> Iterator[ScriptedServer]:
     server = ScriptedServer()
     yield server
-    close_client()
+    close_transport()
     server.close()

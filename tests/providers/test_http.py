@@ -1,4 +1,4 @@
-"""The one outbound HTTP place: a shared client, a total deadline, typed transport errors."""
+"""The one outbound HTTP place: a shared transport, a total deadline, typed transport errors."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from app.providers.http import (
     ConnectFailedError,
     ConnectionLostError,
     DeadlineExceededError,
-    close_client,
-    get_client,
+    close_transport,
+    get_transport,
     parse_retry_after,
     post_json,
 )
@@ -57,25 +57,27 @@ def test_it_returns_any_answer_with_status_lowercased_headers_and_text(
     assert request.headers["user-agent"].startswith("ratchet/")
 
 
-def test_the_client_is_reused_and_keeps_its_connection(provider_server: ScriptedServer) -> None:
+def test_the_transport_is_reused_and_keeps_its_connection(
+    provider_server: ScriptedServer,
+) -> None:
     provider_server.answer(Answer(200, BODY), Answer(200, BODY))
 
-    client = get_client()
+    transport = get_transport()
     post_json(url(provider_server), {}, {}, within(2))
     post_json(url(provider_server), {}, {}, within(2))
 
-    assert get_client() is client
+    assert get_transport() is transport
     first, second = provider_server.requests
     assert first.client_port == second.client_port
 
 
-def test_the_client_is_created_once_under_concurrent_first_use() -> None:
+def test_the_transport_is_created_once_under_concurrent_first_use() -> None:
     seen: list[object] = []
     barrier = threading.Barrier(8)
 
     def first_use() -> None:
         barrier.wait()
-        seen.append(get_client())
+        seen.append(get_transport())
 
     threads = [threading.Thread(target=first_use) for _ in range(8)]
     for thread in threads:
@@ -83,14 +85,41 @@ def test_the_client_is_created_once_under_concurrent_first_use() -> None:
     for thread in threads:
         thread.join()
 
-    assert len({id(client) for client in seen}) == 1
+    assert len({id(transport) for transport in seen}) == 1
 
 
-def test_closing_the_client_makes_the_next_call_build_a_new_one() -> None:
-    client = get_client()
-    close_client()
-    assert client.is_closed
-    assert get_client() is not client
+def test_closing_the_transport_closes_its_connections_and_the_next_call_builds_a_new_one(
+    provider_server: ScriptedServer,
+) -> None:
+    provider_server.answer(Answer(200, BODY), Answer(200, BODY))
+    transport = get_transport()
+    post_json(url(provider_server), {}, {}, within(2))
+
+    close_transport()
+    post_json(url(provider_server), {}, {}, within(2))
+
+    assert get_transport() is not transport
+    first, second = provider_server.requests
+    assert first.client_port != second.client_port  # the kept connection was closed
+
+
+def test_a_cookie_one_answer_sets_is_never_sent_with_a_later_call(
+    provider_server: ScriptedServer,
+) -> None:
+    """Calls of every tenant share the transport: nothing one provider answer leaves (a
+    cookie) may ride along with the next call, another tenant's maybe, to the same host."""
+    provider_server.answer(
+        Answer(200, BODY, headers={"Set-Cookie": "session=tenant-a; Path=/"}),
+        Answer(200, BODY),
+    )
+
+    post_json(url(provider_server), {}, {"Authorization": "Bearer a"}, within(2))
+    post_json(url(provider_server), {}, {"Authorization": "Bearer b"}, within(2))
+
+    first, second = provider_server.requests
+    assert "cookie" not in first.headers
+    assert "cookie" not in second.headers
+    assert second.headers["authorization"] == "Bearer b"
 
 
 def test_a_slow_answer_exceeds_the_deadline_after_the_request_was_sent(
