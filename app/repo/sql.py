@@ -159,7 +159,7 @@ class _Compiled:
         for bind, name in compiled.bind_names.items():
             if bind.callable is not None:
                 raise ValueError(f"{name}: a parameter computed at execution is not supported")
-            if bind.value is not None:
+            if not bind.required:  # a value of the statement's own, None included
                 fixed[name] = bind.value
             process = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if process is not None:

@@ -132,3 +132,25 @@ def test_a_parameter_computed_at_execution_is_refused_when_compiled(db: Database
     computed = select(bindparam("x", callable_=lambda: 1))
     with db.transaction() as session, pytest.raises(ValueError, match="computed at execution"):
         DriverStatement(computed).execute(session, {})
+
+
+def test_a_none_fixed_in_the_statement_is_sent_as_null(db: Database) -> None:
+    """`.values(identity_id=None)` binds a None of the statement's own (as `literal(None)`
+    would): it is sent like any other fixed value, not asked of the caller."""
+    cleared = (
+        insert(_deliveries)
+        .values(
+            provider=bindparam("provider", type_=_deliveries.c.provider.type),
+            identity_id=None,
+            headers=bindparam("headers", type_=_deliveries.c.headers.type),
+            body=bindparam("body", type_=_deliveries.c.body.type),
+            received_at=bindparam("now", type_=_deliveries.c.received_at.type),
+        )
+        .returning(_deliveries.c.id, _deliveries.c.identity_id)
+    )
+    given = values()
+    del given["identity_id"]
+    with db.transaction() as session:
+        by_text = DriverStatement(cleared).execute(session, given).one()
+        by_core = session.execute(cleared, given).one()
+    assert by_text.identity_id is None and by_core.identity_id is None
