@@ -16,6 +16,7 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import StatementError
 from sqlalchemy.orm import QueryableAttribute, Session
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -121,47 +122,82 @@ class DriverStatement:
 
     Only for a driver taking named parameters (psycopg's `%(name)s`), and statements with
     plain result columns: no result processors are applied (integers, strings and
-    booleans come back as the driver gives them).
+    booleans come back as the driver gives them). A statement needing what only an
+    execution can supply is refused when first compiled, with ValueError: a column's
+    Python-side default or onupdate, a parameter computed at execution, an expanding
+    (`IN`) or literal-execute parameter, a name the compiler had to escape. An error in
+    a parameter's value (a naive datetime, a missing one) is a `StatementError`, as
+    `session.execute` raises it, with the values left out.
     """
 
     __slots__ = ("_compiled", "statement")
 
     def __init__(self, statement: ClauseElement) -> None:
         self.statement = statement
-        self._compiled: dict[str, _Compiled] = {}  # by dialect name
+        # By dialect class: psycopg's and another driver's PostgreSQL differ in their
+        # parameter style and their bind processors.
+        self._compiled: dict[type, _Compiled] = {}
 
     def execute(self, session: Session | Connection, params: dict[str, Any]) -> Any:
         """The statement's CursorResult, run on `session`'s connection."""
         connection = session if isinstance(session, Connection) else session.connection()
         dialect = connection.dialect
-        compiled = self._compiled.get(dialect.name)
+        compiled = self._compiled.get(type(dialect))
         if compiled is None:
-            compiled = self._compiled[dialect.name] = _Compiled.of(self.statement, dialect)
+            compiled = self._compiled[type(dialect)] = _Compiled.of(self.statement, dialect)
         values = {**compiled.fixed, **params}  # the caller's own dict left as it was
         for name, process in compiled.processors:
-            values[name] = process(values[name])
+            try:
+                values[name] = process(values[name])
+            except KeyError:
+                raise StatementError(
+                    f"A value is required for bind parameter {name!r}", compiled.text, None, None
+                ) from None
+            except Exception as exc:
+                raise StatementError(
+                    f"({type(exc).__name__}) {exc}", compiled.text, None, exc
+                ) from exc
+        missing = compiled.names - values.keys()
+        if missing:
+            raise StatementError(
+                f"A value is required for bind parameter {sorted(missing)[0]!r}",
+                compiled.text,
+                None,
+                None,
+            )
         return connection.exec_driver_sql(compiled.text, values)
 
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     text: str
-    fixed: dict[str, Any]  # values written in the statement (`.limit(1)`'s)
+    fixed: dict[str, Any]  # values written in the statement (`.limit(1)`'s, a None)
     processors: tuple[tuple[str, Any], ...]  # (parameter, its type's bind processor)
+    names: frozenset[str]  # every parameter the text names
 
     @classmethod
     def of(cls, statement: ClauseElement, dialect: Any) -> _Compiled:
         if dialect.paramstyle != "pyformat":
             raise ValueError(f"{dialect.name}: named parameters needed, not {dialect.paramstyle}")
         compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
+        if compiled.insert_prefetch or compiled.update_prefetch:
+            columns = [c.name for c in (*compiled.insert_prefetch, *compiled.update_prefetch)]
+            raise ValueError(
+                f"columns {columns} take a Python-side default at execution: give them values"
+            )
+        if compiled.escaped_bind_names:
+            raise ValueError(f"parameter names {sorted(compiled.escaped_bind_names)} escaped")
         fixed: dict[str, Any] = {}
         processors: dict[str, Any] = {}  # one per name: a name may be bound several times
         for bind, name in compiled.bind_names.items():
             if bind.callable is not None:
                 raise ValueError(f"{name}: a parameter computed at execution is not supported")
+            if bind.expanding or bind.literal_execute:
+                raise ValueError(f"{name}: an expanding or literal-execute parameter")
             if not bind.required:  # a value of the statement's own, None included
                 fixed[name] = bind.value
             process = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if process is not None:
                 processors[name] = process
-        return cls(str(compiled), fixed, tuple(processors.items()))
+        names = frozenset(compiled.bind_names.values())
+        return cls(str(compiled), fixed, tuple(processors.items()), names)

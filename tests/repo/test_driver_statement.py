@@ -9,8 +9,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
-from sqlalchemy import Table, bindparam, event, insert, or_, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import (
+    Column,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    bindparam,
+    event,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError, StatementError
 
 from app.db import Database
 from app.models import WebhookDelivery
@@ -77,10 +89,26 @@ def test_it_writes_and_returns_what_session_execute_does(db: Database) -> None:
 
 
 def test_a_naive_time_is_refused_as_the_type_refuses_it(db: Database) -> None:
+    naive = values(now=datetime(2026, 1, 1), body="a body that must not reach a log")
     with db.transaction() as session:
-        with pytest.raises(ValueError, match="naive datetime"):
-            DriverStatement(INSERT).execute(session, values(now=datetime(2026, 1, 1)))
+        with pytest.raises(StatementError, match="naive datetime") as by_text:
+            DriverStatement(INSERT).execute(session, naive)
+        with pytest.raises(StatementError, match="naive datetime") as by_core:
+            session.execute(INSERT, naive)
         assert session.scalars(select(WebhookDelivery)).all() == []
+    assert isinstance(by_text.value.orig, ValueError) and isinstance(by_core.value.orig, ValueError)
+    assert "must not reach" not in str(by_text.value)
+
+
+def test_a_missing_parameter_is_a_statement_error_as_core_raises_it(db: Database) -> None:
+    given = values()
+    del given["body"]
+    with db.transaction() as session:
+        with pytest.raises(StatementError, match="'body'"):
+            DriverStatement(INSERT).execute(session, given)
+        del given["now"]  # one with a bind processor
+        with pytest.raises(StatementError, match="'now'"):
+            DriverStatement(INSERT).execute(session, given)
 
 
 def test_a_time_in_another_zone_is_stored_as_the_same_instant(db: Database) -> None:
@@ -154,3 +182,36 @@ def test_a_none_fixed_in_the_statement_is_sent_as_null(db: Database) -> None:
         by_text = DriverStatement(cleared).execute(session, given).one()
         by_core = session.execute(cleared, given).one()
     assert by_text.identity_id is None and by_core.identity_id is None
+
+
+_defaults = Table(
+    "driver_statement_defaults",
+    MetaData(),
+    Column("id", Integer, primary_key=True),
+    Column("name", String(20)),
+    Column("tries", Integer, default=0, onupdate=1),
+)
+
+
+@pytest.mark.parametrize(
+    ("statement", "why"),
+    [
+        # A Python-side default / onupdate is computed per execution by SQLAlchemy.
+        (insert(_defaults).values(name=bindparam("name")), "Python-side default"),
+        (update(_defaults).values(name=bindparam("name")), "Python-side default"),
+        (select(_deliveries.c.id).where(_deliveries.c.id.in_([1, 2])), "expanding"),
+        (
+            select(_deliveries.c.id).where(
+                _deliveries.c.id == bindparam("x", 1, literal_execute=True)
+            ),
+            "literal-execute",
+        ),
+        (select(_deliveries.c.id).where(_deliveries.c.body == bindparam("a.b")), "escaped"),
+    ],
+    ids=["insert default", "onupdate", "in list", "literal execute", "escaped name"],
+)
+def test_what_only_an_execution_can_supply_is_refused_when_compiled(
+    db: Database, statement: Any, why: str
+) -> None:
+    with db.transaction() as session, pytest.raises(ValueError, match=why):
+        DriverStatement(statement).execute(session, {"name": "n", "a.b": "x"})
