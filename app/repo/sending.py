@@ -21,7 +21,7 @@ from app.repo.claims import Claim
 from app.repo.events import append_event, note_worker_event
 from app.repo.identities import get_identity, is_stale_for, pause_identity
 from app.repo.messages import Transition, apply_status
-from app.repo.sql import is_postgresql, keyed, rows_changed, still_null
+from app.repo.sql import DriverStatement, is_postgresql, keyed, rows_changed, still_null
 
 _attempts = cast(Table, Attempt.__table__)
 
@@ -219,10 +219,10 @@ def record_accepted(
 
 _messages = cast(Table, Message.__table__)
 _events = cast(Table, MessageEvent.__table__)
-_ACCEPT: dict[bool, Any] = {}
+_ACCEPT: dict[bool, DriverStatement] = {}
 
 
-def _accept_statement(had_unknown: bool) -> Any:
+def _accept_statement(had_unknown: bool) -> DriverStatement:
     """PostgreSQL: the attempt's answer, the move `sending -> sent` with its values and its
     event, in one statement of data-modifying CTEs, built once per shape with bound
     parameters; it returns whether the move applied. It is exactly what
@@ -240,9 +240,9 @@ def _accept_statement(had_unknown: bool) -> Any:
     statement's snapshot, taken before the UPDATE may have waited for the row lock, so a
     status that parked and committed during that wait would be missed (left to the
     sweeper). `accept_at_once` asks in a statement of its own, under the lock."""
-    statement = _ACCEPT.get(had_unknown)
-    if statement is not None:
-        return statement
+    cached = _ACCEPT.get(had_unknown)
+    if cached is not None:
+        return cached
     # One parameter object per name, typed like its column (`now` goes through the UTC type).
     now = bindparam("p_now", type_=_messages.c.sent_at.type)
     pmid = bindparam("p_pmid", type_=_messages.c.provider_message_id.type)
@@ -327,8 +327,9 @@ def _accept_statement(had_unknown: bool) -> Any:
         .add_cte(finished)
         .add_cte(logged)
     )
-    _ACCEPT[had_unknown] = statement
-    return statement
+    # Compiled once: its cache key (a walk of the three CTEs) is not redone per send.
+    driver = _ACCEPT[had_unknown] = DriverStatement(statement)
+    return driver
 
 
 def accept_at_once(
@@ -348,21 +349,25 @@ def accept_at_once(
     `finish_attempt` and `record_accepted` record it, as they always did."""
     if not is_postgresql(session):
         return None
-    row = session.execute(
-        _accept_statement(had_unknown),
-        {
-            "p_id": claim.message_id,
-            "p_cycle": claim.cycle,
-            "p_attempt": claim.attempt,
-            "p_now": now,
-            "p_pmid": provider_message_id,
-            "p_http_status": http_status,
-            "p_response_body": response_body,
-            "p_error": None,
-            "p_unknown_attempts": unknown_attempts,
-            "p_detail": {"provider_message_id": provider_message_id},
-        },
-    ).one()
+    row = (
+        _accept_statement(had_unknown)
+        .execute(
+            session,
+            {
+                "p_id": claim.message_id,
+                "p_cycle": claim.cycle,
+                "p_attempt": claim.attempt,
+                "p_now": now,
+                "p_pmid": provider_message_id,
+                "p_http_status": http_status,
+                "p_response_body": response_body,
+                "p_error": None,
+                "p_unknown_attempts": unknown_attempts,
+                "p_detail": {"provider_message_id": provider_message_id},
+            },
+        )
+        .one()
+    )
     if row.moved != 1:
         return None
     apply_parked(session, claim.identity_id, provider_message_id, now)
