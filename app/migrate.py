@@ -23,7 +23,9 @@ def alembic_config(url: str) -> AlembicConfig:
 def upgrade(engine: Engine, revision: str = "head") -> str:
     """Upgrade the schema to `revision`; returns the revision the database is now at."""
     config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as connection:
+    # Not inside a transaction of ours: Alembic commits each migration by itself, and a
+    # migration that builds an index CONCURRENTLY (0013) commits what came before it.
+    with engine.connect() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
     return current_revision(engine) or "none"

@@ -96,8 +96,12 @@ def reset_schema(size: int) -> None:
         connection.execute(text("CREATE SCHEMA public"))
         connection.execute(text(f"DROP SCHEMA IF EXISTS size_{size} CASCADE"))
         connection.execute(text(f"CREATE SCHEMA size_{size}"))
-        # Migrated inside that schema (Alembic's own URL cannot carry the option).
-        connection.execute(text(f"SET LOCAL search_path TO size_{size}"))
+    with engine.connect() as connection:
+        # Migrated inside that schema (Alembic's own URL cannot carry the option), for
+        # the whole session: the migrations commit one by one. The connection is thrown
+        # away after (the engine is disposed).
+        connection.execute(text(f"SET search_path TO size_{size}"))
+        connection.commit()
         config = migrate.alembic_config(PG_URL)
         config.attributes["connection"] = connection
         command.upgrade(config, "head")

@@ -18,6 +18,9 @@ def run(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        # Each migration commits by itself, so one with an autocommit block (an index
+        # built CONCURRENTLY) leaves the ones before it committed and the rest to come.
+        transaction_per_migration=True,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -62,6 +62,32 @@ def test_the_idempotency_index_is_partial_and_unique(pg_url: str) -> None:
     assert "idempotency_key IS NOT NULL" in str(index["dialect_options"]["postgresql_where"])
 
 
+def test_the_pending_statuses_index_holds_only_unapplied_statuses(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Alembic's comparison ignores an index's WHERE, so the partial index is checked here,
+    on both databases (migration 0013)."""
+    engine = build_engine(pg_url)
+    with engine.connect() as connection:
+        pg = connection.execute(
+            text("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_webhook_statuses_pending'")
+        ).scalar_one()
+        leftovers = connection.execute(
+            text("SELECT count(*) FROM pg_indexes WHERE indexname LIKE '%pending_new'")
+        ).scalar_one()
+    engine.dispose()
+    assert "(received_at) WHERE (applied_at IS NULL)" in pg
+    assert leftovers == 0
+    engine = build_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
+    migrate.upgrade(engine)
+    with engine.connect() as connection:
+        lite = connection.execute(
+            text("SELECT sql FROM sqlite_master WHERE name = 'ix_webhook_statuses_pending'")
+        ).scalar_one()
+    engine.dispose()
+    assert "(received_at) WHERE applied_at IS NULL" in lite
+
+
 def test_a_provider_token_cannot_be_read_from_the_raw_row_without_the_secret_key(
     db: Database,
 ) -> None:

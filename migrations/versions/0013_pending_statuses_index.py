@@ -23,21 +23,30 @@ branch_labels = None
 depends_on = None
 
 PENDING = "applied_at IS NULL"
+INDEX = "ix_webhook_statuses_pending"
+BUILDING = "ix_webhook_statuses_pending_new"
 
 
 def upgrade() -> None:
-    op.drop_index("ix_webhook_statuses_pending", table_name="webhook_statuses")
-    op.create_index(
-        "ix_webhook_statuses_pending",
-        "webhook_statuses",
-        ["received_at"],
-        postgresql_where=sa.text(PENDING),
-        sqlite_where=sa.text(PENDING),
-    )
+    if op.get_bind().dialect.name != "postgresql":
+        op.drop_index(INDEX, table_name="webhook_statuses")
+        op.create_index(INDEX, "webhook_statuses", ["received_at"], sqlite_where=sa.text(PENDING))
+        return
+    # Built beside the old one without a lock that stops writes (CONCURRENTLY, outside the
+    # migration's transaction), then swapped in: a plain DROP and CREATE in one
+    # transaction would hold webhook_statuses exclusively for the whole build, stopping
+    # every webhook and every recorded send on a large table. Safe to run again after an
+    # interruption: a half-built index left by one is dropped first.
+    with op.get_context().autocommit_block():
+        op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {BUILDING}")
+        op.execute(
+            f"CREATE INDEX CONCURRENTLY {BUILDING} ON webhook_statuses (received_at) "
+            f"WHERE {PENDING}"
+        )
+        op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {INDEX}")
+    op.execute(f"ALTER INDEX {BUILDING} RENAME TO {INDEX}")
 
 
 def downgrade() -> None:
-    op.drop_index("ix_webhook_statuses_pending", table_name="webhook_statuses")
-    op.create_index(
-        "ix_webhook_statuses_pending", "webhook_statuses", ["applied_at", "received_at"]
-    )
+    op.drop_index(INDEX, table_name="webhook_statuses")
+    op.create_index(INDEX, "webhook_statuses", ["applied_at", "received_at"])
