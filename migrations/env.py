@@ -13,6 +13,9 @@ target_metadata = Base.metadata
 
 
 def run(connection: Connection) -> None:
+    if connection.in_transaction():
+        # Alembic must own the transactions (one per migration; 0013 runs outside one).
+        raise RuntimeError("migrations need a connection outside any transaction")
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

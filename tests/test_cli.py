@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskCliRunner
-from sqlalchemy import select
+from sqlalchemy import select, text
 
+from app import migrate
 from app.crypto import SecretBox, check_password
-from app.db import Database
+from app.db import Database, build_engine
 from app.models import AuditEntry, Identity, Staff
 from app.providers import PROVIDERS
 from app.repo.tenants import authenticate
 
-from .conftest import SECRET_KEY
+from .conftest import SECRET_KEY, make_app
 
 
 @pytest.fixture
@@ -36,6 +38,29 @@ def last_line(output: str) -> str:
 
 def test_db_upgrade_says_the_schema_is_current(cli: FlaskCliRunner) -> None:
     assert "schema already at revision" in run(cli, "db", "upgrade").output
+
+
+def test_a_failed_db_upgrade_says_where_it_stopped_and_what_is_applied(
+    pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    """Each migration commits by itself: a failure leaves the ones before it applied, and
+    the command says so, with the database's own words, instead of a traceback."""
+    url = f"sqlite:///{tmp_path / 'upgrade.db'}"
+    engine = build_engine(url)
+    migrate.upgrade(engine, "0011")
+    with engine.begin() as connection:  # what 0013 drops is already gone: it will fail
+        connection.execute(text("DROP INDEX ix_webhook_statuses_pending"))
+    engine.dispose()
+    app = make_app(pg_url, redis_url, database_url=url)
+
+    result = app.test_cli_runner().invoke(args=["db", "upgrade"])
+
+    assert result.exit_code == 1, result.output
+    assert "the upgrade stopped: no such index: ix_webhook_statuses_pending" in result.output
+    assert "schema now at revision 0012 (was 0011; the latest is 0013)" in result.output
+    assert "run `db upgrade` again" in result.output
+    assert "Traceback" not in result.output
+    app.extensions["ratchet.db"].dispose()
 
 
 def test_tenant_create_prints_a_working_api_key_on_its_last_line(

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 from flask import current_app
 from flask.cli import AppGroup
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from app import migrate
 from app.clock import utcnow
@@ -42,8 +42,19 @@ def db_upgrade() -> None:
     """Create or migrate the schema to the latest revision."""
     engine = get_db().engine
     before = migrate.current_revision(engine)
-    after = migrate.upgrade(engine)
     where = engine.url.render_as_string(hide_password=True)
+    try:
+        after = migrate.upgrade(engine)
+    except SQLAlchemyError as exc:
+        # Each migration commits by itself: the ones before the failure stay applied.
+        now = migrate.current_revision(engine)
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise click.ClickException(
+            f"the upgrade stopped: {reason}\n"
+            f"schema now at revision {now or 'empty'} (was {before or 'empty'}; the latest is "
+            f"{migrate.head_revision()}) ({where}); the migrations before the failure are "
+            "applied. Fix the cause and run `db upgrade` again: it goes on from there."
+        ) from exc
     if before == after:
         click.echo(f"schema already at revision {after} ({where})")
     else:
