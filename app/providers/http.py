@@ -30,6 +30,7 @@ import httpx
 log = logging.getLogger(__name__)
 
 USER_AGENT = "ratchet/0.1"
+_DEFAULT_HEADERS = {"User-Agent": USER_AGENT, "Accept": "*/*", "Accept-Encoding": "identity"}
 # Provider answers are small JSON; a body beyond this is not an answer we can use, and
 # reading it would only hold memory. The text is truncated, the status kept.
 MAX_ANSWER_BYTES = 1024 * 1024
@@ -232,7 +233,8 @@ def post_form(
             "deadline passed before the request started", request_sent=False
         )
     content = urlencode(form).encode("ascii")
-    form_headers = {**headers, "Content-Type": "application/x-www-form-urlencoded"}
+    form_headers = httpx.Headers(headers)
+    form_headers["Content-Type"] = "application/x-www-form-urlencoded"
     return _post_within(url, {"content": content}, form_headers, deadline, remaining)
 
 
@@ -259,11 +261,15 @@ def _post(
     remaining: float,
 ) -> HttpAnswer:
     try:
+        # The caller's headers win over ours whatever their case. No compression asked
+        # for: an answer is small, and a compressed one would be inflated before the cap.
+        sent = httpx.Headers(_DEFAULT_HEADERS)
+        sent.update(headers)
         request = httpx.Request(
             "POST",
             url,
             **body,
-            headers={"User-Agent": USER_AGENT, "Accept": "*/*", **headers},
+            headers=sent,
             extensions={"timeout": httpx.Timeout(remaining).as_dict()},
         )
         response = transport.handle_request(request)
@@ -296,6 +302,10 @@ def _post(
         raise ConnectFailedError(f"could not connect to {url}: {_describe(exc)}") from exc
     except httpx.InvalidURL as exc:
         raise ConnectFailedError(f"invalid URL {url!r}: {exc}") from exc
+    except httpx.DecodingError as exc:
+        # An answer came, in a coding we cannot read (a provider that compressed unasked):
+        # the request reached it, and what it said is lost.
+        raise ConnectionLostError(f"unreadable answer from {url}: {_describe(exc)}") from exc
     except httpx.TransportError as exc:
         # Reset, closed early, protocol error mid-answer: anything may have reached the
         # provider. A drop that lands just after the deadline is the deadline's doing.

@@ -63,6 +63,7 @@ class Recorded:
     headers: dict[str, str]  # names lowercased
     body: bytes
     client_port: int  # the same port twice: the client reused its connection
+    header_names: list[str] = field(default_factory=list)  # as sent, repeats kept, lowercased
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -136,7 +137,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length)
         headers = {name.lower(): value for name, value in self.headers.items()}
         scripted = self.server.scripted
-        request = Recorded(self.command, self.path, headers, body, self.client_address[1])
+        names = [name.lower() for name in self.headers]
+        request = Recorded(self.command, self.path, headers, body, self.client_address[1], names)
         answer = scripted.record(request)
         self._play(answer, scripted.stopping)
 
@@ -171,8 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_http_client() -> Iterator[None]:
-    """Each test starts and ends without the shared client (no socket outlives a test)."""
+def _fresh_http_transport() -> Iterator[None]:
+    """Each test starts and ends without the shared transport (no socket outlives a test)."""
     close_transport()
     yield
     close_transport()

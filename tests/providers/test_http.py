@@ -122,6 +122,33 @@ def test_a_cookie_one_answer_sets_is_never_sent_with_a_later_call(
     assert second.headers["authorization"] == "Bearer b"
 
 
+def test_a_caller_header_replaces_ours_whatever_its_case_and_no_compression_is_asked(
+    provider_server: ScriptedServer,
+) -> None:
+    provider_server.answer(Answer(200, BODY), Answer(200, BODY))
+
+    post_json(url(provider_server), {}, {"accept": "application/json"}, within(2))
+    http.post_form(url(provider_server), [("To", "x")], {"content-type": "text/x"}, within(2))
+
+    as_json, as_form = provider_server.requests
+    assert as_json.header_names.count("accept") == 1
+    assert as_json.headers["accept"] == "application/json"
+    assert as_json.headers["accept-encoding"] == "identity"
+    assert as_form.header_names.count("content-type") == 1
+    assert as_form.headers["content-type"] == "application/x-www-form-urlencoded"
+
+
+def test_an_answer_in_a_coding_it_cannot_read_is_a_lost_connection_not_a_crash(
+    provider_server: ScriptedServer,
+) -> None:
+    # Compressed unasked, and not even valid gzip: the request reached the provider.
+    provider_server.answer(Answer(200, "not gzip at all", headers={"Content-Encoding": "gzip"}))
+
+    with pytest.raises(ConnectionLostError, match="unreadable answer") as raised:
+        post_json(url(provider_server), {}, {}, within(2))
+    assert raised.value.request_sent
+
+
 def test_a_slow_answer_exceeds_the_deadline_after_the_request_was_sent(
     provider_server: ScriptedServer,
 ) -> None:
