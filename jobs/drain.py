@@ -89,6 +89,12 @@ SLOW_DOWN_CODES = frozenset({130429, 80007, 4, 20429})
 # Waits for a pacing slot up to this long are spent inside the drain when no other drain
 # is waiting for a worker; longer ones are rung through RQ's scheduler.
 MAX_INLINE_WAIT = 2.0
+# A drain rung to the back of the queue (a slice's end) waits there a moment even when a
+# worker is idle: a job still queued after this long has no worker to take it. Without the
+# grace, a drain short of a slot at that moment handed its worker back and came back
+# through RQ's scheduler, whole seconds later (a 1 s gap in a 10/s identity's sends,
+# bench/pacing.py on 2026-12-03).
+IDLE_WORKER_GRACE = 0.05
 # While a reply drain's calls are in flight and a call thread is free, it looks this often
 # for a ring (the dirty flag), and claims what was rung without waiting for those calls to
 # end. A call that ends wakes it at once; the poll only matters behind a slow call, where
@@ -260,9 +266,11 @@ class Drain:
             self.outcomes["pacing waits"] += 1
             instruments.PACING_WAITS.labels(self.lane).inc()
             instruments.PACING_WAIT_SECONDS.labels(self.lane).inc(grant.wait)
-            if grant.wait <= MAX_INLINE_WAIT and not self._others_waiting():
-                time.sleep(grant.wait)
-                return _Step()
+            if grant.wait <= MAX_INLINE_WAIT:
+                waited_from = time.monotonic()
+                if not self._others_waiting(within=grant.wait):
+                    time.sleep(max(0.0, grant.wait - (time.monotonic() - waited_from)))
+                    return _Step()
             return _Step(stop=True, again=now + timedelta(seconds=grant.wait))
         # 3. Claim and prepare in one transaction; call and record each concurrently.
         lease = timedelta(seconds=self.config.lease_seconds)
@@ -420,10 +428,16 @@ class Drain:
             log.info("%s", outcome, extra={"outcome": outcome.split(" ", 1)[0].rstrip(":")})
         return outcome, next_ring
 
-    def _others_waiting(self) -> bool:
-        """Other drains queued for this lane's workers: hand the worker back to them."""
+    def _others_waiting(self, *, within: float) -> bool:
+        """Other drains queued for this lane's workers and still there after a moment (no
+        idle worker took them): hand the worker back to them. The moment is at most
+        `within`, the wait this drain has ahead anyway."""
         try:
-            return get_queue(self.lane, self.redis).count > 0
+            queue = get_queue(self.lane, self.redis)
+            if queue.count == 0:
+                return False
+            time.sleep(min(IDLE_WORKER_GRACE, within))
+            return queue.count > 0
         except Exception:
             return False
 
