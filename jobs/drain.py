@@ -92,8 +92,8 @@ MAX_INLINE_WAIT = 2.0
 # A drain rung to the back of the queue (a slice's end) waits there a moment even when a
 # worker is idle: a job still queued after this long has no worker to take it. Without the
 # grace, a drain short of a slot at that moment handed its worker back and came back
-# through RQ's scheduler, whole seconds later (a 1 s gap in a 10/s identity's sends,
-# bench/pacing.py on 2026-12-03).
+# through RQ's scheduler, a whole second or more later (likely the 1 s gap, at a slice's
+# end, in a 10/s identity's sends in bench/pacing.py on 2026-12-03).
 IDLE_WORKER_GRACE = 0.05
 # While a reply drain's calls are in flight and a call thread is free, it looks this often
 # for a ring (the dirty flag), and claims what was rung without waiting for those calls to
