@@ -146,25 +146,19 @@ class DriverStatement:
         if compiled is None:
             compiled = self._compiled[type(dialect)] = _Compiled.of(self.statement, dialect)
         values = {**compiled.fixed, **params}  # the caller's own dict left as it was
+        missing = compiled.names - values.keys()
+        if missing:
+            names = ", ".join(repr(name) for name in sorted(missing))
+            raise StatementError(
+                f"A value is required for bind parameter {names}", compiled.text, None, None
+            )
         for name, process in compiled.processors:
             try:
                 values[name] = process(values[name])
-            except KeyError:
-                raise StatementError(
-                    f"A value is required for bind parameter {name!r}", compiled.text, None, None
-                ) from None
             except Exception as exc:
                 raise StatementError(
                     f"({type(exc).__name__}) {exc}", compiled.text, None, exc
                 ) from exc
-        missing = compiled.names - values.keys()
-        if missing:
-            raise StatementError(
-                f"A value is required for bind parameter {sorted(missing)[0]!r}",
-                compiled.text,
-                None,
-                None,
-            )
         return connection.exec_driver_sql(compiled.text, values)
 
 
