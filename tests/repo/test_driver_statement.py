@@ -5,30 +5,34 @@ events and its error translation with the parameters hidden."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
 from sqlalchemy import (
     Column,
+    Connection,
     Integer,
     MetaData,
     String,
     Table,
     bindparam,
+    create_engine,
     event,
     insert,
     or_,
     select,
+    text,
     update,
 )
-from sqlalchemy.exc import IntegrityError, StatementError
+from sqlalchemy.exc import IntegrityError, OperationalError, PendingRollbackError, StatementError
 
-from app.db import Database
+from app.db import Database, normalise_url
 from app.models import WebhookDelivery
 from app.repo.sql import DriverStatement
 
-from ..conftest import T0
+from ..conftest import T0, truncate_all
 
 _deliveries = cast(Table, WebhookDelivery.__table__)
 
@@ -215,3 +219,104 @@ def test_what_only_an_execution_can_supply_is_refused_when_compiled(
 ) -> None:
     with db.transaction() as session, pytest.raises(ValueError, match=why):
         DriverStatement(statement).execute(session, {"name": "n", "a.b": "x"})
+
+
+# On psycopg the text goes to the driver's cursor itself, unless the Connection's events are
+# listened to: what the Connection would add must still happen. -------------------------
+
+
+@pytest.fixture
+def own_db(pg_url: str) -> Iterator[Database]:
+    """A database of its own, not bound to a test's transaction: its statements commit,
+    and a connection it loses is its own."""
+    database = Database(pg_url, pool_size=2, max_overflow=0)
+    yield database
+    truncate_all(database)
+    database.dispose()
+
+
+def test_a_statement_committed_by_itself_leaves_no_transaction_behind(own_db: Database) -> None:
+    """`Database.autocommit`: psycopg's autocommit, and no transaction of SQLAlchemy's
+    begun around the statement (`exec_driver_sql` would begin one)."""
+    with own_db.autocommit() as connection:
+        assert isinstance(connection, Connection)
+        row = DriverStatement(INSERT).execute(connection, values()).one()
+        assert not connection.in_transaction()
+        # Another connection sees it at once: committed as it ran.
+        with own_db.engine.connect() as other:
+            seen = other.execute(
+                select(_deliveries.c.id).where(_deliveries.c.id == row.id)
+            ).scalar_one()
+    assert seen == row.id
+
+
+def test_a_statement_outside_a_transaction_begins_one_for_the_caller_s_commit(
+    own_db: Database,
+) -> None:
+    with own_db.engine.connect() as connection:
+        row = DriverStatement(INSERT).execute(connection, values()).one()
+        assert connection.in_transaction()
+        connection.commit()
+    with own_db.engine.connect() as connection:
+        kept = connection.execute(select(_deliveries.c.id)).scalars().all()
+        rolled = DriverStatement(INSERT).execute(connection, values(body="rolled back")).one()
+        connection.rollback()
+        after = connection.execute(select(_deliveries.c.id)).scalars().all()
+    assert kept == after == [row.id] and rolled.id not in after
+
+
+def terminate(pg_url: str, pid: int) -> None:
+    """End a backend from outside, as a restart or a failover would."""
+    engine = create_engine(normalise_url(pg_url))
+    try:
+        with engine.connect() as other:
+            # With a timeout, pg_terminate_backend returns once the process has exited.
+            gone = other.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})
+            assert gone.scalar_one() is True
+    finally:
+        engine.dispose()
+
+
+def test_a_connection_lost_under_the_statement_is_invalidated_not_pooled_again(
+    pg_url: str, own_db: Database
+) -> None:
+    with own_db.engine.connect() as connection:
+        pid = connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        connection.commit()
+        terminate(pg_url, pid)  # while checked out: no checkout's check stands between
+        with pytest.raises(OperationalError) as raised:
+            DriverStatement(INSERT).execute(connection, values(body="a body never stored"))
+        assert connection.invalidated
+    assert raised.value.connection_invalidated
+    assert "never stored" not in str(raised.value)
+    with own_db.autocommit() as connection:
+        assert isinstance(connection, Connection)
+        again = DriverStatement(INSERT).execute(connection, values()).one()
+        assert connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one() != pid
+    with own_db.engine.connect() as connection:
+        stored = connection.execute(select(_deliveries.c.id, _deliveries.c.body)).all()
+    assert [tuple(row) for row in stored] == [(again.id, values()["body"])]
+
+
+def test_a_refused_statement_in_a_savepoint_leaves_the_transaction_usable_after_it(
+    own_db: Database,
+) -> None:
+    with own_db.engine.connect() as connection:
+        nested = connection.begin_nested()
+        with pytest.raises(IntegrityError):
+            DriverStatement(INSERT).execute(connection, values(identity_id=999_999))
+        nested.rollback()
+        row = DriverStatement(INSERT).execute(connection, values()).one()
+        connection.commit()
+    with own_db.engine.connect() as connection:
+        assert connection.execute(select(_deliveries.c.id)).scalars().all() == [row.id]
+
+
+def test_a_connection_that_can_take_no_statement_raises_sqlalchemy_s_error(
+    own_db: Database,
+) -> None:
+    with own_db.engine.connect() as connection:
+        DriverStatement(INSERT).execute(connection, values())
+        connection.invalidate()  # in its transaction: nothing more until it is rolled back
+        with pytest.raises(PendingRollbackError):
+            DriverStatement(INSERT).execute(connection, values())
