@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from flask import request
@@ -51,6 +52,11 @@ def _finite(text: str) -> float:
     return value
 
 
+# `\uD800` to `\uDFFF` in any case: the only way a surrogate gets into parsed JSON (UTF-8
+# bytes of one are refused when decoded). A pair (an emoji) matches too, and is then checked.
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def parse_json(raw: bytes) -> Any:
     """`json.loads`, with every way it can refuse untrusted bytes as one `BodyError`.
 
@@ -61,8 +67,11 @@ def parse_json(raw: bytes) -> Any:
     """
     try:
         value = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
-        # A lone surrogate survives parsing as a str that cannot be encoded again.
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        # A lone surrogate survives parsing as a str that cannot be encoded again. Looked
+        # for only where one may be: encoding every delivery again cost 2 to 4% of a
+        # webhook's CPU.
+        if _ESCAPED_SURROGATE.search(raw):
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
     except RecursionError as exc:
         raise BodyError("the JSON is nested too deeply") from exc
     except UnicodeEncodeError as exc:

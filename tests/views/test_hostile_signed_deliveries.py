@@ -155,7 +155,10 @@ def test_a_signed_delivery_with_values_no_real_one_has_is_never_a_500(
         assert response.status_code == 400 and kept == 0  # not JSON: refused unverified
 
 
-@pytest.mark.parametrize("routing_id", [b'"\\ud800"', b'"\\udfff1065"'])
+@pytest.mark.parametrize(
+    "routing_id",
+    [b'"\\ud800"', b'"\\udfff1065"', b'"\\uDBFF"', b'"1065\\uDc01"', b'"\\ud83d\\ud83d"'],
+)
 def test_an_unsigned_delivery_naming_a_lone_surrogate_is_a_400(
     client: FlaskClient, db: Database, routing_id: bytes
 ) -> None:
