@@ -440,3 +440,55 @@ def test_identity_pause_campaign_only_holds_the_campaign_lane_and_is_audited(
         assert identity is not None and identity.campaign_paused_at is None
         actions = [a.action for a in session.query(AuditEntry).order_by(AuditEntry.id)]
     assert actions == ["identity.pause_campaign", "identity.resume_campaign"]
+
+
+@pytest.mark.parametrize(
+    ("base_url", "says"),
+    [
+        ("https://user:hunter2-secret@graph.example/v21.0", "user name or password"),
+        ("ftp://graph.example/v21.0", "must start with https://"),
+        ("graph.facebook.com/v21.0", "must start with https://"),
+        ("https:///v21.0", "names no host"),
+        ("https://graph.example/v21.0?access_token=t", "query or fragment"),
+        ("https://graph.example/v21.0#top", "query or fragment"),
+        ("https://graph.example:http/v21.0", "not a URL"),
+        (" https://graph.example/v21.0", "spaces"),
+        ("https://graph.example/" + "v" * 500, "at most 500"),
+    ],
+    ids=[
+        "credentials",
+        "ftp",
+        "no scheme",
+        "no host",
+        "query",
+        "fragment",
+        "port",
+        "space",
+        "long",
+    ],
+)
+def test_a_base_url_no_call_can_use_is_refused_and_nothing_is_stored(
+    cli: FlaskCliRunner, db: Database, base_url: str, says: str
+) -> None:
+    identity_id = make_identity(cli)
+    args = ["identity", "create", "--tenant", "acme", "--provider", "whatsapp", "--token", "t"]
+    args += ["--account-id", "4242", "--base-url", base_url, "--app-secret", "s"]
+    created = run(cli, *args, ok=False)
+    assert created.exit_code != 0 and says in created.output
+    assert "nothing was created" in created.output
+    updated = run(cli, "identity", "update", str(identity_id), "--base-url", base_url, ok=False)
+    assert updated.exit_code != 0 and says in updated.output
+    assert "nothing was changed" in updated.output
+    assert "hunter2" not in created.output + updated.output
+    with db.transaction() as session:
+        assert session.scalars(select(Identity.base_url)).all() == [
+            PROVIDER_ARGS["whatsapp"][PROVIDER_ARGS["whatsapp"].index("--base-url") + 1].rstrip("/")
+        ]
+
+
+def test_a_base_url_s_trailing_slashes_are_dropped(cli: FlaskCliRunner, db: Database) -> None:
+    identity_id = make_identity(cli)
+    run(cli, "identity", "update", str(identity_id), "--base-url", "http://127.0.0.1:9/v21.0//")
+    with db.transaction() as session:
+        identity = session.get(Identity, identity_id)
+        assert identity is not None and identity.base_url == "http://127.0.0.1:9/v21.0"

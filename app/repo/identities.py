@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
@@ -56,7 +57,7 @@ def create_identity(
         tenant_id=tenant_id,
         provider=provider,
         account_id=account_id,
-        base_url=base_url.rstrip("/"),
+        base_url=checked_base_url(base_url),
         token_encrypted=box.encrypt(token),
         app_secret_encrypted=box.encrypt(app_secret) if app_secret else None,
         verify_token_hash=sha256_hex(verify_token) if verify_token else None,
@@ -80,6 +81,49 @@ def create_identity(
     session.add(identity)
     session.flush()
     return identity
+
+
+class BaseUrlError(ValueError):
+    """A base URL no provider call can go to, or one that holds a secret."""
+
+
+# Identity.base_url's width.
+BASE_URL_WIDTH = 500
+
+
+def checked_base_url(url: str) -> str:
+    """`url` without its trailing slashes, where it is an `http(s)://host[:port][/path]`
+    address: the provider module appends the account's path to it (`/<id>/messages`), so
+    a query or a fragment would be cut off or carried into every call; and it is shown on
+    the dashboard and in the CLI's answers, so it may hold no user name or password (the
+    token has its own, encrypted, field). The error never repeats a password."""
+    if not url or url != url.strip() or any(c.isspace() or ord(c) < 32 for c in url):
+        raise BaseUrlError("the base URL is empty or holds spaces or control characters")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError as exc:
+        raise BaseUrlError(f"the base URL is not a URL ({exc})") from None
+    if parts.username is not None or parts.password is not None:
+        raise BaseUrlError(
+            "the base URL holds a user name or password; give the token with --token "
+            "(it is stored encrypted), and the URL without them"
+        )
+    if parts.scheme not in ("https", "http"):
+        raise BaseUrlError(
+            f"the base URL must start with https:// (or http:// for a local sandbox), "
+            f"not {url[:40]!r}"
+        )
+    if not parts.hostname:
+        raise BaseUrlError(f"the base URL {url[:100]!r} names no host")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise BaseUrlError(
+            f"the base URL {url[:100]!r} has a query or fragment; the account's path is "
+            "appended to it, so give the address alone"
+        )
+    if len(url) > BASE_URL_WIDTH:
+        raise BaseUrlError(f"the base URL is {len(url)} characters; at most {BASE_URL_WIDTH}")
+    return url.rstrip("/")
 
 
 class RatesError(ValueError):
@@ -154,7 +198,7 @@ def update_identity(
     if app_secret is not None:
         values["app_secret_encrypted"] = box.encrypt(app_secret)
     if base_url is not None:
-        values["base_url"] = base_url.rstrip("/")
+        values["base_url"] = checked_base_url(base_url)
     if verify_token is not None:
         values["verify_token_hash"] = sha256_hex(verify_token)
     for name, value in (

@@ -166,7 +166,8 @@ def change(
     total_rate: float | None = None,
 ) -> list[str]:
     """Change what was given (a new token bumps the credentials version); the audit row
-    names the fields changed, never a secret's value. Raises `RatesError` on bad rates."""
+    names the fields changed, never a secret's value. Raises `RatesError` on bad rates,
+    `BaseUrlError` on a base URL no call can go to (`checked_base_url`)."""
     changed = identities.update_identity(
         session,
         box,
