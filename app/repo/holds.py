@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.correlation import make_correlation_id
 from app.lifecycle import FAILED_WORDS, PROVIDER_WORDS, Source, Status
-from app.models import Attempt, Message, MessageEvent, WebhookStatus
+from app.models import Attempt, Identity, Message, MessageEvent, WebhookStatus
 
 
 def holds_for(session: Session, messages: Sequence[Message]) -> dict[int, str | None]:
@@ -79,12 +79,20 @@ def holds_for(session: Session, messages: Sequence[Message]) -> dict[int, str | 
     all_ids = {pid for pairs in known.values() for pid, _ in pairs}
     failed: set[tuple[int | None, str | None]] = set()
     if all_ids:
+        identities = set(identity_of.values())
+        # A status row of an identity carries that identity's provider (it came in on that
+        # provider's webhook): named here, the `(provider, provider_message_id)` index
+        # finds the rows, where the ids alone had every status ever received read.
+        providers = set(
+            session.scalars(select(Identity.provider).where(Identity.id.in_(identities)))
+        )
         failed = {
             (row.identity_id, row.provider_message_id)
             for row in session.execute(
                 select(WebhookStatus.identity_id, WebhookStatus.provider_message_id).where(
-                    WebhookStatus.identity_id.in_(set(identity_of.values())),
+                    WebhookStatus.provider.in_(providers),
                     WebhookStatus.provider_message_id.in_(all_ids),
+                    WebhookStatus.identity_id.in_(identities),
                     WebhookStatus.status.in_(FAILED_WORDS),
                 )
             )
