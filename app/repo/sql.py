@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import collections
+import functools
 from dataclasses import dataclass
 from typing import Any, cast
 
 import psycopg
-from psycopg.rows import namedtuple_row
 from sqlalchemy import (
     ClauseElement,
     ColumnElement,
@@ -18,7 +19,7 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound, StatementError
+from sqlalchemy.exc import MultipleResultsFound, NoResultFound, StatementError
 from sqlalchemy.orm import QueryableAttribute, Session
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -123,12 +124,13 @@ class DriverStatement:
     connection (`_on_driver`): SQLAlchemy's execution context and result object around
     one statement cost about a sixth of a webhook's CPU (measured in-process: 0.83 against
     0.69 ms a delivery), for nothing these statements use. What the Connection would add
-    is kept: its error translation (`DBAPIError`, parameters hidden), its handling of a
-    lost connection (invalidated, not pooled again) and its transaction (begun as
-    `exec_driver_sql` would begin it). Where the Connection's events are listened to (the
-    statement counters of the tests and benchmarks), or its transaction can take no
+    is kept: its error handling (`DBAPIError`, parameters hidden; a lost connection
+    invalidated, with the pool's older connections) and its transaction (begun as
+    `exec_driver_sql` would begin it). Where the Connection's execution events are
+    listened to (the statement counters of the tests and benchmarks), or it can take no
     statement, the text goes through `Connection.exec_driver_sql`, which runs the
-    listeners and raises SQLAlchemy's own errors.
+    listeners and raises SQLAlchemy's own errors. Not through the driver: SQLAlchemy's
+    `echo` log of the statement, and a dialect's `do_execute` event.
 
     Only for a driver taking named parameters (psycopg's `%(name)s`), and statements with
     plain result columns: no result processors are applied (integers, strings and
@@ -171,7 +173,8 @@ class DriverStatement:
                 ) from exc
         if dialect.driver == "psycopg" and _driver_may_run(connection):
             return _on_driver(connection, compiled.text, values)
-        return DriverRows(list(connection.exec_driver_sql(compiled.text, values).all()))
+        result = connection.exec_driver_sql(compiled.text, values)
+        return DriverRows(list(result.all()) if result.returns_rows else [])
 
 
 class DriverRows:
@@ -232,25 +235,22 @@ def _on_driver(connection: Connection, text: str, values: dict[str, Any]) -> Dri
     assert isinstance(driver, psycopg.Connection)
     if not driver.autocommit and not connection.in_transaction():
         connection.begin()  # as `exec_driver_sql` begins one, for the caller's commit
-    cursor = driver.cursor(row_factory=namedtuple_row)
+    cursor = driver.cursor()
     try:
         cursor.execute(text, values)
-        rows = cursor.fetchall() if cursor.description is not None else []
+        description = cursor.description
+        rows: list[Any] = []
+        if description is not None:
+            make = _row_type(tuple(column.name for column in description))._make
+            rows = [make(row) for row in cursor.fetchall()]
     except psycopg.Error as exc:
-        is_disconnect: Any = connection.dialect.is_disconnect  # typed for DBAPI's protocols
-        lost = bool(driver.closed) or is_disconnect(exc, driver, cursor)
-        translated = DBAPIError.instance(
-            text,
-            values,
-            exc,
-            psycopg.Error,
-            hide_parameters=True,
-            connection_invalidated=lost,
-            dialect=connection.dialect,
-        )
-        if lost:
-            connection.invalidate(exc)
-        raise translated from exc
+        # SQLAlchemy's own handling, as `exec_driver_sql` would have applied it: the
+        # error translated (`DBAPIError`, the engine's `hide_parameters`), and a lost
+        # connection invalidated with every connection pooled before it (a dead network
+        # path would otherwise pass the checkout's socket check, and hang a statement).
+        # A private method: `tests/repo/test_driver_statement.py` holds it to all three.
+        connection._handle_dbapi_exception(exc, text, values, cast(Any, cursor), None)
+        raise  # (it always raises)
     except BaseException:
         # Cut short mid-statement (an exit, a timeout's signal): where the conversation
         # with the server stands is not known, so the connection is not used again.
@@ -260,6 +260,14 @@ def _on_driver(connection: Connection, text: str, values: dict[str, Any]) -> Dri
         if not cursor.closed:
             cursor.close()
     return DriverRows(rows)
+
+
+@functools.lru_cache(maxsize=256)
+def _row_type(names: tuple[str, ...]) -> Any:
+    """A row class with the columns' names as attributes. `rename`: a name no attribute
+    can have (a keyword, a repeat, a leading underscore) becomes `_<position>` instead of
+    failing, after the statement already ran (and, in autocommit, committed)."""
+    return collections.namedtuple("DriverRow", names, rename=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -320,3 +320,61 @@ def test_a_connection_that_can_take_no_statement_raises_sqlalchemy_s_error(
         connection.invalidate()  # in its transaction: nothing more until it is rolled back
         with pytest.raises(PendingRollbackError):
             DriverStatement(INSERT).execute(connection, values())
+
+
+def test_a_lost_connection_retires_the_connections_pooled_before_it(
+    pg_url: str, own_db: Database
+) -> None:
+    """As SQLAlchemy does: a connection pooled before the loss may be as dead (a failover,
+    a network path gone silent) and still pass the checkout's socket check."""
+    with own_db.engine.connect() as pooled, own_db.engine.connect() as connection:
+        older = pooled.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        pid = connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        pooled.rollback()
+        connection.commit()
+        pooled.close()  # back in the pool, alive
+        terminate(pg_url, pid)
+        with pytest.raises(OperationalError):
+            DriverStatement(INSERT).execute(connection, values())
+    with own_db.engine.connect() as connection:
+        now = connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        connection.rollback()
+    assert now not in (older, pid)
+
+
+def test_columns_no_attribute_can_be_named_still_come_back_by_position(
+    own_db: Database,
+) -> None:
+    """Named after the statement ran (in autocommit, committed): a repeated name or a
+    keyword must not fail there, or a stored row would look refused."""
+    odd = insert(_deliveries).values(
+        provider=bindparam("provider", type_=_deliveries.c.provider.type),
+        identity_id=bindparam("identity_id", type_=_deliveries.c.identity_id.type),
+        headers=bindparam("headers", type_=_deliveries.c.headers.type),
+        body=bindparam("body", type_=_deliveries.c.body.type),
+        received_at=bindparam("now", type_=_deliveries.c.received_at.type),
+    )
+    odd = odd.returning(
+        _deliveries.c.id, _deliveries.c.id.label("from"), _deliveries.c.provider.label("_p")
+    )
+    with own_db.autocommit() as connection:
+        assert isinstance(connection, Connection)
+        row = DriverStatement(odd).execute(connection, values()).one()
+    assert row.id == row[1] and row[2] == "whatsapp"
+
+
+def test_a_statement_without_rows_gives_none_on_either_path(own_db: Database) -> None:
+    touch = update(_deliveries).values(body=bindparam("b", type_=_deliveries.c.body.type))
+    seen: list[str] = []
+
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    with own_db.engine.begin() as connection:
+        assert DriverStatement(touch).execute(connection, {"b": "x"}).all() == []
+        event.listen(own_db.engine, "before_cursor_execute", before)
+        try:
+            assert DriverStatement(touch).execute(connection, {"b": "y"}).all() == []
+        finally:
+            event.remove(own_db.engine, "before_cursor_execute", before)
+    assert [s for s in seen if s.startswith("UPDATE webhook_deliveries")]

@@ -181,3 +181,73 @@ def test_a_connection_lost_while_applying_leaves_the_status_for_the_sweeper_and_
     sweep_once(committed_db, app.config["RATCHET"], at(10))
     row = state(committed_db, first)
     assert (row.status, row.delivered_at) == ("delivered", at(5))
+
+
+@contextmanager
+def server_ends_connection_at(database: Database, table: str) -> Iterator[None]:
+    """The server ends the connection of the first statement that inserts into `table`
+    (a trigger terminating its own backend), with no listener on the engine: the
+    statement goes the way it goes in production (to psycopg's cursor directly,
+    `DriverStatement`), where `connection_lost_at`'s listener sends it through
+    SQLAlchemy's Connection."""
+    with database.engine.begin() as connection:
+        connection.execute(text("CREATE SEQUENCE test_connection_end"))
+        connection.execute(
+            text(
+                "CREATE FUNCTION test_end_connection() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                "BEGIN IF nextval('test_connection_end') = 1 THEN "
+                "PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(5); "
+                "END IF; RETURN NEW; END $$"
+            )
+        )
+        connection.execute(
+            text(
+                f"CREATE TRIGGER test_end_connection BEFORE INSERT ON {table} "
+                "FOR EACH ROW EXECUTE FUNCTION test_end_connection()"
+            )
+        )
+    try:
+        yield
+    finally:
+        with database.engine.begin() as connection:
+            connection.execute(text(f"DROP TRIGGER test_end_connection ON {table}"))
+            connection.execute(text("DROP FUNCTION test_end_connection()"))
+            ended = connection.execute(text("SELECT last_value FROM test_connection_end"))
+            assert ended.scalar_one() >= 1  # the statement did meet it
+            connection.execute(text("DROP SEQUENCE test_connection_end"))
+
+
+def test_a_single_status_whose_record_loses_its_connection_is_a_500_and_the_redelivery_applies(
+    client: FlaskClient, committed_db: Database
+) -> None:
+    world = make_world(committed_db, account_id=PHONE_NUMBER_ID, app_secret=SECRET)
+    message_id = sent_message(committed_db, world, "wamid.GONE1")
+    raw = encode(status_body([status("wamid.GONE1", "delivered", at(5))]))
+    headers = {"Content-Type": "application/json", "X-Hub-Signature-256": sign(raw, SECRET)}
+    with server_ends_connection_at(committed_db, "webhook_statuses"):
+        response = client.post("/webhooks/whatsapp", data=raw, headers=headers)
+        assert response.status_code == 500
+        assert stored(committed_db) == (0, 0)  # one statement: nothing of it stands
+        again = client.post("/webhooks/whatsapp", data=raw, headers=headers)
+    assert again.status_code == 200 and again.get_json()["results"]["applied"] == 1
+    assert state(committed_db, message_id).status == "delivered"
+
+
+def test_a_single_status_whose_apply_loses_its_connection_is_kept_for_the_sweeper(
+    app: Flask, client: FlaskClient, committed_db: Database
+) -> None:
+    world = make_world(committed_db, account_id=PHONE_NUMBER_ID, app_secret=SECRET)
+    message_id = sent_message(committed_db, world, "wamid.GONE2")
+    raw = encode(status_body([status("wamid.GONE2", "read", at(6))]))
+    headers = {"Content-Type": "application/json", "X-Hub-Signature-256": sign(raw, SECRET)}
+    with server_ends_connection_at(committed_db, "message_events"):
+        response = client.post("/webhooks/whatsapp", data=raw, headers=headers)
+        assert response.status_code == 200  # stored: Meta need not send it again
+        assert response.get_json()["results"] == {"duplicate": 0, "unapplied": 1}
+        assert state(committed_db, message_id).status == "sent"
+        # The request's connection was invalidated; the next request's works.
+        again = client.post("/webhooks/whatsapp", data=raw, headers=headers)
+        assert again.get_json()["results"] == {"duplicate": 1}
+    sweep_once(committed_db, app.config["RATCHET"], at(10))
+    row = state(committed_db, message_id)
+    assert (row.status, row.read_at) == ("read", at(6))
