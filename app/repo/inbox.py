@@ -17,7 +17,7 @@ from sqlalchemy import Table, bindparam, case, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.models import Identity, WebhookDelivery, WebhookStatus
-from app.repo.sql import insert_ignoring_conflict, rows_changed, still_null
+from app.repo.sql import DriverStatement, insert_ignoring_conflict, rows_changed, still_null
 
 
 class Result:
@@ -241,7 +241,7 @@ def finish_status(
 # read every status parked on the installation (other senders' on a shared number wait
 # there for days).
 _identities = cast(Table, Identity.__table__)
-_PARKED = (
+_PARKED = DriverStatement(
     select(_statuses.c.id)
     .where(
         _statuses.c.provider
@@ -257,11 +257,9 @@ _PARKED = (
 
 
 def parked_status_ids(session: Session, identity_id: int, provider_message_id: str) -> list[int]:
-    return list(
-        session.scalars(
-            _PARKED, {"identity_id_": identity_id, "provider_message_id_": provider_message_id}
-        )
-    )
+    """Run after every accepted send (built once: `DriverStatement`)."""
+    params = {"identity_id_": identity_id, "provider_message_id_": provider_message_id}
+    return [row[0] for row in _PARKED.execute(session, params).all()]
 
 
 def pending_status_ids(

@@ -132,8 +132,9 @@ class DriverStatement:
     listeners and raises SQLAlchemy's own errors. Not through the driver: SQLAlchemy's
     `echo` log of the statement, and a dialect's `do_execute` event.
 
-    Only for a driver taking named parameters (psycopg's `%(name)s`), and statements with
-    plain result columns: no result processors are applied (integers, strings and
+    Compiled so for a driver taking named parameters (psycopg's `%(name)s`); on another
+    (SQLite's `?`) the statement is run the ordinary way. Only for statements with plain
+    result columns: no result processors are applied (integers, strings and
     booleans come back as the driver gives them). A statement needing what only an
     execution can supply is refused when first compiled, with ValueError: a column's
     Python-side default or onupdate, a parameter computed at execution, an expanding
@@ -154,6 +155,10 @@ class DriverStatement:
         """The statement's rows (all of them, fetched), run on `session`'s connection."""
         connection = session if isinstance(session, Connection) else session.connection()
         dialect = connection.dialect
+        if dialect.paramstyle != "pyformat":
+            # SQLite's `?`: the ordinary Core execution, with its own statement cache.
+            result = connection.execute(self.statement, params)
+            return DriverRows(list(result.all()) if result.returns_rows else [])
         compiled = self._compiled.get(type(dialect))
         if compiled is None:
             compiled = self._compiled[type(dialect)] = _Compiled.of(self.statement, dialect)

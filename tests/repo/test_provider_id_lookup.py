@@ -165,7 +165,7 @@ def test_an_accepted_send_finds_its_parked_statuses_without_reading_everyone_els
                 for n in range(MESSAGES)
             ],
         )
-        statement = _PARKED.params(
+        statement = _PARKED.statement.params(
             identity_id_=world.identity_id, provider_message_id_="wamid.elsewhere.7"
         )
         sql = statement.compile(db.engine, compile_kwargs={"literal_binds": True})
