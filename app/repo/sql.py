@@ -157,7 +157,7 @@ class DriverStatement:
         dialect = connection.dialect
         if dialect.paramstyle != "pyformat":
             # SQLite's `?`: the ordinary Core execution, with its own statement cache.
-            result = connection.execute(self.statement, params)
+            result = connection.execute(cast(Executable, self.statement), params)
             return DriverRows(list(result.all()) if result.returns_rows else [])
         compiled = self._compiled.get(type(dialect))
         if compiled is None:
