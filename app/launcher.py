@@ -17,6 +17,7 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -94,7 +95,15 @@ def main() -> int:
 
         # A throwaway data directory: Redis is only the doorbell, the sweeper re-rings.
         embedded = ValkeyServer()
-        embedded.start()
+        # Started with SIGINT blocked, which it inherits: Ctrl-C reaches the terminal's
+        # whole foreground process group, this server too, and it would then stop with
+        # the workers instead of after them (each printing tracebacks of a Redis gone
+        # while it shut down). It is stopped below, by SIGTERM, once they have exited.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            embedded.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         env["REDIS_URL"] = f"{embedded.connection_url}/0"
         print(f"started the embedded Redis-compatible server at {env['REDIS_URL']}")
     try:

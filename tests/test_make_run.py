@@ -122,12 +122,21 @@ def test_make_run_starts_the_system_and_ctrl_c_stops_everything_it_started(
             if is_alive(p)
         ), "no embedded server among the processes"
 
+        before_stop = len((tmp_path / "make-run.log").read_text())
         os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C does
         make.wait(timeout=60)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and any(is_alive(p) for p in started):
             time.sleep(0.2)
         assert [p for p in started if is_alive(p)] == []
+        # An orderly stop: the workers first, then the embedded server (Ctrl-C reaches it
+        # too; it used to stop with them, and each printed tracebacks of a Redis gone).
+        stopping = (tmp_path / "make-run.log").read_text()[before_stop:]
+        assert "Traceback" not in stopping, stopping
+        last_worker = max(
+            stopping.rindex(f"worker for the {lane} lane stopped") for lane in ("reply", "campaign")
+        )
+        assert stopping.rindex("stopped the embedded Redis-compatible server") > last_worker
     finally:
         if make.poll() is None:
             os.killpg(make.pid, signal.SIGINT)
