@@ -18,21 +18,20 @@ from sqlalchemy import (
     String,
     Table,
     bindparam,
-    create_engine,
     event,
     insert,
     or_,
     select,
-    text,
     update,
 )
 from sqlalchemy.exc import IntegrityError, OperationalError, PendingRollbackError, StatementError
 
-from app.db import Database, normalise_url
+from app.db import Database
 from app.models import WebhookDelivery
 from app.repo.sql import DriverStatement
 
 from ..conftest import T0, truncate_all
+from ..test_db_checkout import terminate
 
 _deliveries = cast(Table, WebhookDelivery.__table__)
 
@@ -263,18 +262,6 @@ def test_a_statement_outside_a_transaction_begins_one_for_the_caller_s_commit(
         connection.rollback()
         after = connection.execute(select(_deliveries.c.id)).scalars().all()
     assert kept == after == [row.id] and rolled.id not in after
-
-
-def terminate(pg_url: str, pid: int) -> None:
-    """End a backend from outside, as a restart or a failover would."""
-    engine = create_engine(normalise_url(pg_url))
-    try:
-        with engine.connect() as other:
-            # With a timeout, pg_terminate_backend returns once the process has exited.
-            gone = other.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})
-            assert gone.scalar_one() is True
-    finally:
-        engine.dispose()
 
 
 def test_a_connection_lost_under_the_statement_is_invalidated_not_pooled_again(

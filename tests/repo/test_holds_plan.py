@@ -16,7 +16,7 @@ from app.repo.holds import holds_for
 
 from ..conftest import T0
 from ..factories import make_world
-from .test_key_lookups_plan import MESSAGES, STATUSES, plans_of
+from .test_key_lookups_plan import MESSAGES, delivered_history, plans_of
 from .test_provider_id_lookup import rows_read
 
 HISTORY = 3000
@@ -28,24 +28,8 @@ def test_the_failed_ids_of_a_dead_letter_page_are_found_by_index(db: Database) -
     world = make_world(db)
     common = {"tenant": world.tenant_id, "identity": world.identity_id, "t0": T0}
     with db.transaction() as session:
-        delivery = session.execute(
-            text(
-                "INSERT INTO webhook_deliveries (provider, identity_id, headers, body, "
-                "received_at) VALUES ('whatsapp', :identity, '{}', '{}', :t0) RETURNING id"
-            ),
-            common,
-        ).scalar_one()
         # A history of delivered messages and their applied statuses...
-        session.execute(
-            MESSAGES,
-            {**common, "status": "delivered", "tag": "old", "delivered_at": T0}
-            | {"with_ids": True, "count": HISTORY},
-        )
-        session.execute(
-            STATUSES,
-            {**common, "delivery": delivery, "tag": "old", "applied_at": T0}
-            | {"result": "applied", "count": HISTORY},
-        )
+        delivered_history(session, common, HISTORY)
         # ...and two dead letters: one the provider reported failed, one it never did.
         session.execute(
             MESSAGES,

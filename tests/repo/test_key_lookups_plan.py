@@ -79,6 +79,29 @@ STATUSES = text(
 )
 
 
+def delivered_history(session: Any, common: dict[str, Any], count: int) -> int:
+    """`count` delivered messages (`wamid.old.<n>`) of the identity in `common`, each with
+    its applied status under one raw delivery; that delivery's id."""
+    delivery = session.execute(
+        text(
+            "INSERT INTO webhook_deliveries (provider, identity_id, headers, body, "
+            "received_at) VALUES ('whatsapp', :identity, '{}', '{}', :t0) RETURNING id"
+        ),
+        common,
+    ).scalar_one()
+    session.execute(
+        MESSAGES,
+        {**common, "status": "delivered", "tag": "old", "delivered_at": T0}
+        | {"with_ids": True, "count": count},
+    )
+    session.execute(
+        STATUSES,
+        {**common, "delivery": delivery, "tag": "old", "applied_at": T0}
+        | {"result": "applied", "count": count},
+    )
+    return int(delivery)
+
+
 def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(
     db: Database,
 ) -> None:
@@ -87,24 +110,8 @@ def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(
     world = make_world(db)
     common = {"tenant": world.tenant_id, "identity": world.identity_id, "t0": T0}
     with db.transaction() as session:
-        delivery = session.execute(
-            text(
-                "INSERT INTO webhook_deliveries (provider, identity_id, headers, body, "
-                "received_at) VALUES ('whatsapp', :identity, '{}', '{}', :t0) RETURNING id"
-            ),
-            common,
-        ).scalar_one()
         # The statistics as they were before a backlog: everything applied and delivered...
-        session.execute(
-            MESSAGES,
-            {**common, "status": "delivered", "tag": "old", "delivered_at": T0}
-            | {"with_ids": True, "count": BEFORE},
-        )
-        session.execute(
-            STATUSES,
-            {**common, "delivery": delivery, "tag": "old", "applied_at": T0}
-            | {"result": "applied", "count": BEFORE},
-        )
+        delivery = delivered_history(session, common, BEFORE)
         session.execute(text("ANALYZE messages, webhook_statuses"))  # (rolled back)
         # ...then sent messages and their statuses, pending, that they have not seen, and
         # messages being sent, with no provider id yet.

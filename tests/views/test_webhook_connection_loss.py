@@ -25,7 +25,7 @@ from jobs.sweep import sweep_once
 from ..factories import make_world
 from ..meta import PHONE_NUMBER_ID, encode, sign, status, status_body
 from . import test_webhooks_twilio as tw
-from .test_webhooks_whatsapp import SECRET, at, sent_message
+from .test_webhooks_whatsapp import SECRET, at, deliver, sent_message
 
 
 @pytest.fixture
@@ -223,12 +223,11 @@ def test_a_single_status_whose_record_loses_its_connection_is_a_500_and_the_rede
     world = make_world(committed_db, account_id=PHONE_NUMBER_ID, app_secret=SECRET)
     message_id = sent_message(committed_db, world, "wamid.GONE1")
     raw = encode(status_body([status("wamid.GONE1", "delivered", at(5))]))
-    headers = {"Content-Type": "application/json", "X-Hub-Signature-256": sign(raw, SECRET)}
     with server_ends_connection_at(committed_db, "webhook_statuses"):
-        response = client.post("/webhooks/whatsapp", data=raw, headers=headers)
+        response = deliver(client, raw)
         assert response.status_code == 500
         assert stored(committed_db) == (0, 0)  # one statement: nothing of it stands
-        again = client.post("/webhooks/whatsapp", data=raw, headers=headers)
+        again = deliver(client, raw)
     assert again.status_code == 200 and again.get_json()["results"]["applied"] == 1
     assert state(committed_db, message_id).status == "delivered"
 
@@ -239,14 +238,13 @@ def test_a_single_status_whose_apply_loses_its_connection_is_kept_for_the_sweepe
     world = make_world(committed_db, account_id=PHONE_NUMBER_ID, app_secret=SECRET)
     message_id = sent_message(committed_db, world, "wamid.GONE2")
     raw = encode(status_body([status("wamid.GONE2", "read", at(6))]))
-    headers = {"Content-Type": "application/json", "X-Hub-Signature-256": sign(raw, SECRET)}
     with server_ends_connection_at(committed_db, "message_events"):
-        response = client.post("/webhooks/whatsapp", data=raw, headers=headers)
+        response = deliver(client, raw)
         assert response.status_code == 200  # stored: Meta need not send it again
         assert response.get_json()["results"] == {"duplicate": 0, "unapplied": 1}
         assert state(committed_db, message_id).status == "sent"
         # The request's connection was invalidated; the next request's works.
-        again = client.post("/webhooks/whatsapp", data=raw, headers=headers)
+        again = deliver(client, raw)
         assert again.get_json()["results"] == {"duplicate": 1}
     sweep_once(committed_db, app.config["RATCHET"], at(10))
     row = state(committed_db, message_id)
