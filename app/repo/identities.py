@@ -121,7 +121,7 @@ def checked_base_url(url: str) -> str:
     host = parts.hostname or ""
     if not any(c.isalnum() for c in host) or port == 0:
         raise BaseUrlError("the base URL names no host, or port 0")
-    if parts.query or parts.fragment or "?" in url or "#" in url:
+    if "?" in url or "#" in url:  # a query or a fragment, empty ones too
         raise BaseUrlError(
             "the base URL has a query or fragment; the account's path is appended to it, "
             "so give the address alone"

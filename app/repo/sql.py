@@ -157,8 +157,7 @@ class DriverStatement:
         dialect = connection.dialect
         if dialect.paramstyle != "pyformat":
             # SQLite's `?`: the ordinary Core execution, with its own statement cache.
-            result = connection.execute(cast(Executable, self.statement), params)
-            return DriverRows(list(result.all()) if result.returns_rows else [])
+            return DriverRows.of(connection.execute(cast(Executable, self.statement), params))
         compiled = self._compiled.get(type(dialect))
         if compiled is None:
             compiled = self._compiled[type(dialect)] = _Compiled.of(self.statement, dialect)
@@ -178,8 +177,7 @@ class DriverStatement:
                 ) from exc
         if dialect.driver == "psycopg" and _driver_may_run(connection):
             return _on_driver(connection, compiled.text, values)
-        result = connection.exec_driver_sql(compiled.text, values)
-        return DriverRows(list(result.all()) if result.returns_rows else [])
+        return DriverRows.of(connection.exec_driver_sql(compiled.text, values))
 
 
 class DriverRows:
@@ -190,6 +188,11 @@ class DriverRows:
 
     def __init__(self, rows: list[Any]) -> None:
         self.rows = rows
+
+    @classmethod
+    def of(cls, result: CursorResult[Any]) -> DriverRows:
+        """A Core result's rows; none for a statement that returns none."""
+        return cls(list(result.all()) if result.returns_rows else [])
 
     def all(self) -> list[Any]:
         return self.rows
