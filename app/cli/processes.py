@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 import click
+import httpx
 from flask import current_app
 
 from app.clock import utcnow
@@ -67,7 +68,14 @@ def demo_command(sandbox_url: str) -> None:
         signal.signal(sig, lambda *_: stop.set())
     from jobs.send import ring_message
 
-    pages = _seed_pages(sandbox_url, config.public_base_url, login, stop, ring_message)
+    try:
+        pages = _seed_pages(sandbox_url, config.public_base_url, login, stop, ring_message)
+    except httpx.HTTPError:
+        if not stop.is_set():
+            raise
+        # Stopped while seeding: the sandbox went with everything else (Ctrl-C).
+        click.echo("demo stopped while seeding the pages")
+        return
     sent = demo.trickle(get_db(), sandbox_url, login, stop, ring=ring_message)
     pages.join(timeout=5)
     click.echo(f"demo stopped after {sent} trickle messages")
