@@ -6,9 +6,10 @@ import re
 import warnings
 from pathlib import Path
 
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import Engine, inspect, text
 
 from app import migrate
 from app.crypto import SecretBox
@@ -86,6 +87,84 @@ def test_the_pending_statuses_index_holds_only_unapplied_statuses(
         ).scalar_one()
     engine.dispose()
     assert "(received_at) WHERE applied_at IS NULL" in lite
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    config = migrate.alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.connect() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+
+def test_migration_0013_run_again_after_stopping_before_its_rename_keeps_the_built_index(
+    pg_url: str,
+) -> None:
+    """Stopped between dropping the old index and renaming the new one, a second run renames
+    the index already built (the same relation), instead of building it again."""
+    engine = build_engine(pg_url)
+    oid = "SELECT to_regclass(:name)::oid"
+    try:
+        downgrade(engine, "0012")
+        # What the first run had done when it stopped: the new index built, the old dropped.
+        with engine.connect() as connection:
+            connection.execution_options(isolation_level="AUTOCOMMIT")
+            connection.execute(
+                text(
+                    "CREATE INDEX CONCURRENTLY ix_webhook_statuses_pending_new "
+                    "ON webhook_statuses (received_at) WHERE applied_at IS NULL"
+                )
+            )
+            connection.execute(text("DROP INDEX CONCURRENTLY ix_webhook_statuses_pending"))
+            built = connection.execute(
+                text(oid), {"name": "ix_webhook_statuses_pending_new"}
+            ).scalar_one()
+    finally:
+        migrate.upgrade(engine)
+    with engine.connect() as connection:
+        renamed = connection.execute(
+            text(oid), {"name": "ix_webhook_statuses_pending"}
+        ).scalar_one()
+        leftover = connection.execute(
+            text(oid), {"name": "ix_webhook_statuses_pending_new"}
+        ).scalar_one()
+    engine.dispose()
+    assert renamed == built
+    assert leftover is None
+
+
+def test_migration_0013_run_again_after_an_interrupted_build_builds_the_index_again(
+    pg_url: str,
+) -> None:
+    """A CONCURRENTLY build that was interrupted leaves an invalid index: the next run drops
+    it and builds a valid one."""
+    engine = build_engine(pg_url)
+    try:
+        downgrade(engine, "0012")
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "CREATE INDEX ix_webhook_statuses_pending_new "
+                    "ON webhook_statuses (received_at) WHERE applied_at IS NULL"
+                )
+            )
+            # What an interrupted CONCURRENTLY build leaves behind.
+            connection.execute(
+                text(
+                    "UPDATE pg_index SET indisvalid = false "
+                    "WHERE indexrelid = 'ix_webhook_statuses_pending_new'::regclass"
+                )
+            )
+    finally:
+        migrate.upgrade(engine)
+    with engine.connect() as connection:
+        valid = connection.execute(
+            text(
+                "SELECT indisvalid FROM pg_index "
+                "WHERE indexrelid = to_regclass('ix_webhook_statuses_pending')"
+            )
+        ).scalar_one()
+    engine.dispose()
+    assert valid is True
 
 
 def test_a_provider_token_cannot_be_read_from_the_raw_row_without_the_secret_key(

@@ -36,15 +36,27 @@ def upgrade() -> None:
     # migration's transaction), then swapped in: a plain DROP and CREATE in one
     # transaction would hold webhook_statuses exclusively for the whole build, stopping
     # every webhook and every recorded send on a large table. Safe to run again after an
-    # interruption: a half-built index left by one is dropped first.
+    # interruption: a half-built index left by one is dropped and built again, and one
+    # built whole (the run stopped before the rename) is kept and only renamed.
     with op.get_context().autocommit_block():
-        op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {BUILDING}")
-        op.execute(
-            f"CREATE INDEX CONCURRENTLY {BUILDING} ON webhook_statuses (received_at) "
-            f"WHERE {PENDING}"
-        )
+        if not _valid_index(BUILDING):
+            op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {BUILDING}")
+            op.execute(
+                f"CREATE INDEX CONCURRENTLY {BUILDING} ON webhook_statuses (received_at) "
+                f"WHERE {PENDING}"
+            )
         op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {INDEX}")
     op.execute(f"ALTER INDEX {BUILDING} RENAME TO {INDEX}")
+
+
+def _valid_index(name: str) -> bool:
+    """The index exists and its build finished (a CONCURRENTLY build that was interrupted
+    leaves it behind marked invalid)."""
+    valid = op.get_bind().scalar(
+        sa.text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"),
+        {"name": name},
+    )
+    return bool(valid)
 
 
 def downgrade() -> None:
