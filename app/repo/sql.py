@@ -129,8 +129,9 @@ class DriverStatement:
     `exec_driver_sql` would begin it). Where the Connection's execution events are
     listened to (the statement counters of the tests and benchmarks), or it can take no
     statement, the text goes through `Connection.exec_driver_sql`, which runs the
-    listeners and raises SQLAlchemy's own errors. Not through the driver: SQLAlchemy's
-    `echo` log of the statement, and a dialect's `do_execute` event.
+    listeners and raises SQLAlchemy's own errors. So it does where SQLAlchemy logs its
+    statements (`echo`, or the `sqlalchemy.engine` logger at INFO) or a dialect's
+    `do_execute` event is listened to: both then see these statements too.
 
     Compiled so for a driver taking named parameters (psycopg's `%(name)s`); on another
     (SQLite's `?`) the statement is run the ordinary way. Only for statements with plain
@@ -222,14 +223,20 @@ _EXECUTION_EVENTS = (
 
 def _driver_may_run(connection: Connection) -> bool:
     """The statement may go to the driver: nobody listens to the Connection's execution
-    events, and it is usable (open, valid, its transactions able to take a statement;
-    where they are not, `exec_driver_sql` raises the error that says why)."""
+    events or logs its statements, and it is usable (open, valid, its transactions able
+    to take a statement; where they are not, `exec_driver_sql` raises the error that says
+    why)."""
     if connection.closed or connection.invalidated:
         return False
     dispatch = connection.dispatch
     if any(getattr(dispatch, name) for name in _EXECUTION_EVENTS):
         return False
-    if connection.dialect.dispatch.handle_error:
+    # `_echo`: the Connection's own reading of `echo` and the engine logger's level, taken
+    # when it was made (SQLAlchemy logs a statement by it).
+    if getattr(connection, "_echo", False):
+        return False
+    dialect_events = connection.dialect.dispatch
+    if dialect_events.handle_error or dialect_events.do_execute:
         return False
     for transaction in (connection.get_transaction(), connection.get_nested_transaction()):
         if transaction is not None and not transaction.is_active:

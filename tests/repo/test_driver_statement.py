@@ -5,6 +5,7 @@ events and its error translation with the parameters hidden."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -147,6 +148,38 @@ def test_the_connection_events_see_the_statement(db: Database) -> None:
             DriverStatement(INSERT).execute(session, values())
     finally:
         event.remove(db.engine, "before_cursor_execute", before)
+    assert [s for s in seen if s.startswith("INSERT INTO webhook_deliveries")], seen
+
+
+def test_sqlalchemy_s_statement_log_shows_the_statement(
+    own_db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the engine logger at INFO (what `echo` sets), the statement goes through the
+    Connection, which logs it. (A Connection reads the level when it is made: hence a
+    database of its own, whose transaction makes one after the level is set.)"""
+    with (
+        caplog.at_level(logging.INFO, logger="sqlalchemy.engine"),
+        own_db.transaction() as session,
+    ):
+        row = DriverStatement(INSERT).execute(session, values()).one()
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("sqlalchemy.engine")]
+    assert row.provider == "whatsapp"
+    assert [m for m in logged if m.startswith("INSERT INTO webhook_deliveries")], logged
+
+
+def test_a_dialect_s_do_execute_listener_sees_the_statement(db: Database) -> None:
+    seen: list[str] = []
+
+    def do_execute(cursor: Any, statement: str, parameters: Any, context: Any) -> None:
+        seen.append(statement)  # returns None: the dialect executes it as usual
+
+    event.listen(db.engine, "do_execute", do_execute)
+    try:
+        with db.transaction() as session:
+            row = DriverStatement(INSERT).execute(session, values()).one()
+    finally:
+        event.remove(db.engine, "do_execute", do_execute)
+    assert row.provider == "whatsapp"
     assert [s for s in seen if s.startswith("INSERT INTO webhook_deliveries")], seen
 
 
