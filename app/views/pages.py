@@ -64,6 +64,38 @@ def duration(delta: timedelta | None) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
+def call_time(delta: timedelta | None) -> str:
+    """How long a provider call took, to the millisecond under a second (120 ms, 4.2 s):
+    `duration`'s whole seconds would show every ordinary call as 0 s."""
+    if delta is None:
+        return "-"
+    seconds = abs(delta.total_seconds())
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return duration(delta)
+
+
+# What a stored webhook status's result means, for the message page (`app/repo/inbox.py`).
+STATUS_RESULTS = {
+    "applied": "applied",
+    "refused": "not applied: the state machine refused it (the timeline says why)",
+    "duplicate": "duplicate of a status already received",
+    "parked": "parked: no message has this provider id yet (its send's record may follow)",
+    "stale": "not applied: it names an earlier cycle's send",
+    "ignored": "ignored: a status Ratchet does not track",
+    "expired": "expired: no message matched it in time",
+    "unmatched": "unmatched: under a number Ratchet does not know",
+}
+
+
+def status_result(result: str | None) -> str:
+    if result is None:
+        return "not applied yet"
+    return STATUS_RESULTS.get(result, result)
+
+
 def absolute(moment: datetime | None) -> str:
     if moment is None:
         return ""
@@ -168,6 +200,8 @@ def init_app(app: Flask) -> None:
     app.config.setdefault("RATCHET_PAGE_SIZE", 50)
     app.jinja_env.filters.update(
         duration=duration,
+        call_time=call_time,
+        status_result=status_result,
         absolute=absolute,
         relative=relative,
         mask_phone=mask_phone,

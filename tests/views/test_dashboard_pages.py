@@ -10,9 +10,12 @@ from flask.testing import FlaskClient
 
 from app.db import Database
 from app.repo.identities import pause_identity
+from app.repo.inbox import Result
+from app.views.pages import STATUS_RESULTS, call_time, status_result
 
 from ..conftest import T0
 from ..factories import make_message
+from ..meta import encode, sign, status, status_body
 from .dashboard_world import (
     NOW,
     Tenants,
@@ -207,6 +210,60 @@ def test_the_message_page_tells_its_whole_story(
     # A failed message is final: its status widget does not poll.
     widget = page.split('id="status-widget"')[1].split("</section>")[0]
     assert "hx-get" not in widget.split(">")[0]
+
+
+def test_the_message_page_says_what_each_webhook_did_and_how_long_each_call_took(
+    client: FlaskClient, db: Database, tenants: Tenants
+) -> None:
+    """A duplicate `sent` after the acceptance is not applied: the page says why, in words,
+    beside the `delivered` that was applied."""
+    message_id = sent_message(db, tenants.acme, "wamid.WORDS")
+    raw = encode(
+        status_body(
+            [status("wamid.WORDS", "sent", T0), status("wamid.WORDS", "delivered", T0)],
+            phone_number_id="1000001",
+        )
+    )
+    answer = client.post(
+        "/webhooks/whatsapp",
+        data=raw,
+        headers={
+            "Content-Type": "application/json",
+            "X-Hub-Signature-256": sign(raw, "app-secret-acme"),
+        },
+    )
+    assert answer.status_code == 200
+    page = text(client, f"/messages/{message_id}")
+    webhooks = page.split('id="webhooks-h"')[1].split("</section>")[0]
+    assert "not applied: the state machine refused it (the timeline says why)" in webhooks
+    assert ">applied<" in webhooks
+    attempts = page.split('id="attempts-h"')[1].split("</section>")[0]
+    assert 'data-label="Took">0 ms<' in attempts  # started and answered at the same instant
+
+
+@pytest.mark.parametrize(
+    ("took", "shown"),
+    [
+        (timedelta(0), "0 ms"),
+        (timedelta(milliseconds=87.4), "87 ms"),
+        (timedelta(milliseconds=999.4), "999 ms"),
+        (timedelta(seconds=4, milliseconds=240), "4.2 s"),
+        (timedelta(seconds=59, milliseconds=900), "59.9 s"),
+        (timedelta(minutes=2, seconds=5), "2 m 5 s"),
+    ],
+)
+def test_a_call_s_time_is_shown_to_the_millisecond_under_a_second(
+    took: timedelta, shown: str
+) -> None:
+    assert call_time(took) == shown
+
+
+def test_every_result_a_status_is_stored_with_has_words_on_the_message_page() -> None:
+    stored = {
+        value for name, value in vars(Result).items() if name.isupper() and isinstance(value, str)
+    }
+    assert stored == set(STATUS_RESULTS)
+    assert status_result(None) == "not applied yet"
 
 
 def test_the_status_widget_of_a_message_still_on_its_way_polls_itself(
