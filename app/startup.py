@@ -12,9 +12,10 @@ def freeze_startup_objects() -> None:
     A full collection walks every object the process holds, and no thread of the process
     runs meanwhile. In a reply worker behind a campaign backlog on a busy 2-core machine
     one took 200 to 300 ms (measured on 2026-12-03): every reply rung during it waited,
-    and those few waits were the p99 of `bench/pacing.py` (150 to 490 ms behind the
-    backlog, against 36 ms idle). Frozen, a collection walks only what the process made
-    since. Called again after later imports (a worker's RQ), it freezes those too.
+    and those few waits were the p99 of `bench/pacing.py` (147 to 259 ms behind the
+    backlog, against 35 to 58 ms idle; 62 to 101 ms behind it since). Frozen, a
+    collection walks only what the process made since. Called again after later imports
+    (a worker's RQ), it freezes those too.
     """
     gc.collect()
     gc.freeze()

@@ -70,11 +70,11 @@ def call_time(delta: timedelta | None) -> str:
     if delta is None:
         return "-"
     seconds = abs(delta.total_seconds())
-    if seconds < 1:
+    if round(seconds * 1000) < 1000:
         return f"{round(seconds * 1000)} ms"
-    if seconds < 60:
+    if round(seconds, 1) < 60:
         return f"{seconds:.1f} s"
-    return duration(delta)
+    return duration(timedelta(seconds=round(seconds)))
 
 
 # What a stored webhook status's result means, for the message page (`app/repo/inbox.py`).
@@ -84,7 +84,7 @@ STATUS_RESULTS = {
     "duplicate": "duplicate of a status already received",
     "parked": "parked: no message has this provider id yet (its send's record may follow)",
     "stale": "not applied: it names an earlier cycle's send",
-    "ignored": "ignored: a status Ratchet does not track",
+    "ignored": "ignored: a status before sent, or one Ratchet does not track",
     "expired": "expired: no message matched it in time",
     "unmatched": "unmatched: under a number Ratchet does not know",
 }

@@ -247,6 +247,8 @@ def test_the_message_page_says_what_each_webhook_did_and_how_long_each_call_took
         (timedelta(0), "0 ms"),
         (timedelta(milliseconds=87.4), "87 ms"),
         (timedelta(milliseconds=999.4), "999 ms"),
+        (timedelta(milliseconds=999.6), "1.0 s"),
+        (timedelta(seconds=59, milliseconds=960), "1 m"),
         (timedelta(seconds=4, milliseconds=240), "4.2 s"),
         (timedelta(seconds=59, milliseconds=900), "59.9 s"),
         (timedelta(minutes=2, seconds=5), "2 m 5 s"),
