@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
 
 import httpx  # noqa: E402
 from redis import Redis  # noqa: E402
-from sqlalchemy import text  # noqa: E402
+from sqlalchemy import create_engine, make_url, text  # noqa: E402
 
 # BENCH_DATABASE_URL / BENCH_REDIS_URL point a run elsewhere (a database of its own when
 # several people share the machine); the defaults are the ones the README names.
@@ -73,11 +73,31 @@ def goal(label: str, ok: bool, miss: str) -> str:
 # The services ------------------------------------------------------------------------
 
 
+def ensure_database(url: str) -> None:
+    """Create the database `url` names, through its server's `postgres` database, if it is
+    missing (a fresh machine has none for the benches), and say so."""
+    target = make_url(url)
+    admin = create_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            found = connection.execute(
+                text("SELECT 1 FROM pg_database WHERE datname = :name"),
+                {"name": target.database},
+            ).first()
+            if found is None:
+                name = connection.dialect.identifier_preparer.quote(str(target.database))
+                connection.execute(text(f"CREATE DATABASE {name}"))
+                print(f"created the database {target.database!r}", flush=True)
+    finally:
+        admin.dispose()
+
+
 def reset_services() -> None:
-    """Empty and migrate the `bench` database; flush Redis db 9."""
+    """Empty and migrate the `bench` database (created if missing); flush Redis db 9."""
     from app import migrate
     from app.db import build_engine
 
+    ensure_database(PG_URL)
     engine = build_engine(PG_URL)
     with engine.begin() as connection:
         connection.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))

@@ -38,7 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sqlalchemy import create_engine, event, text  # noqa: E402
+from sqlalchemy import event, text  # noqa: E402
+
+from bench.common import ensure_database  # noqa: E402
 
 # Its own database (it fills three schemas of it), and Redis db 9 like the other benches;
 # BENCH_PAGES_DATABASE / BENCH_REDIS_URL point a run elsewhere.
@@ -64,19 +66,6 @@ FAILURES = [
     ("permanent", 131050, 10),
     ("canceled", None, 5),
 ]
-
-
-def ensure_database() -> None:
-    admin = create_engine(
-        "postgresql+psycopg://127.0.0.1:5432/postgres", isolation_level="AUTOCOMMIT"
-    )
-    with admin.connect() as connection:
-        found = connection.execute(
-            text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": DATABASE}
-        ).first()
-        if found is None:
-            connection.execute(text(f'CREATE DATABASE "{DATABASE}"'))
-    admin.dispose()
 
 
 def schema_url(size: int) -> str:
@@ -441,7 +430,7 @@ def main() -> int:
     print(f"machine: nproc {os.cpu_count()}, {platform.python_version()}, shared with other work")
     print(f"date:    {datetime.now(UTC).isoformat(timespec='seconds')}")
     print(f"database: {PG_URL}, one schema per size (recreated); clock at {NOW.isoformat()}")
-    ensure_database()
+    ensure_database(PG_URL)
     from app import create_app
 
     apps: dict[int, Any] = {}
