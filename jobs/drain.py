@@ -256,10 +256,10 @@ class Drain:
             # them (or the next ring), then look again.
             self._collect(watch=self.lane == "reply")
             return _Step()
-        if self._in_flight:
-            # No more than the free call threads: a claim queued behind calls in flight
-            # could outwait its lease's latest start and stand down unsent.
-            want = min(want, self._threads - len(self._in_flight))
+        # No more than the free call threads, in every step: a claim queued behind other
+        # calls (this step's or an earlier one's still in flight) could outwait its
+        # lease's latest start and stand down unsent, an attempt counted as unknown.
+        want = min(want, self._threads - len(self._in_flight))
         # 2. Pacing slots, on Redis's clock. Waiting for one is never an attempt.
         grant = self.pacer.take(self.identity_id, self.lane, want, rates, other)
         if grant.slots == 0:

@@ -43,3 +43,37 @@ def test_a_drain_sends_every_batch_from_the_same_threads_and_stops_them_when_it_
     assert all(name.startswith(prefix) for name in senders), senders
     assert len(set(senders)) <= config.drain_concurrency, senders
     assert not [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def test_no_claim_waits_for_a_call_thread_so_none_stands_down_unsent(env: Env) -> None:
+    """Every step claims no more than its free call threads. A batch of six on two threads
+    used to queue four claims behind calls that take 1.5 s: the last two could start only
+    after their lease's latest start (3 s after the claim here) and stood down unsent, each
+    an attempt counted as unknown that then waited the webhook grace. (Found by review.)"""
+    number = env.number(statuses=[], hang_seconds=1.5, rate_limit_mps=None)
+    identity_id = number["identity_id"]
+    env.set_rates(number, campaign_rate=500.0, total_rate=500.0)
+    # 15550000001 is accepted at once and answered after hang_seconds.
+    ids = [env.send(number, "15550000001", lane="campaign", text=f"n{n}") for n in range(6)]
+    redis = env.app.extensions["ratchet.redis"]
+    redis.set(drain_keys(identity_id, "campaign")[0], "slow", px=60_000)
+    config = dataclasses.replace(
+        env.config,
+        provider_timeout=3.0,
+        lease_margin=0.5,
+        webhook_grace=2.0,
+        drain_batch=6,
+        drain_concurrency=2,
+        drain_slice=30.0,
+    )
+    assert config.lease_seconds - config.provider_timeout - config.lease_margin == 3.0
+
+    summary = Drain(env.db, env.box, config, redis, Pacer(redis), identity_id, "campaign").run(
+        "slow"
+    )
+
+    assert "stood" not in summary, summary
+    assert "6 accepted" in summary, summary
+    assert [env.message(i).status for i in ids] == ["sent"] * 6
+    assert [env.message(i).attempt for i in ids] == [1] * 6
+    assert len(env.accepted(number)) == 6
