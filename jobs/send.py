@@ -13,12 +13,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from flask import current_app
+from rq.timeouts import JobTimeoutException
 from sqlalchemy.orm import Session
 
 from app import instruments
@@ -34,11 +36,12 @@ from app.providers.base import (
     FailureClass,
     OutboundMessage,
     Provider,
+    ProviderError,
     SendResult,
 )
 from app.repo.claims import Claim, claim_message, due_again_at
 from app.repo.events import note_worker_event
-from app.repo.identities import get_identity, pause_identity, reveal_secrets
+from app.repo.identities import get_identity, pause_identity, reveal_secrets, token_problem
 from app.repo.messages import get_message
 from app.repo.sending import (
     Hold,
@@ -106,12 +109,17 @@ def sender_problem(box: SecretBox, identity: Identity) -> str | None:
             f"(built: {', '.join(sorted(PROVIDERS))})"
         )
     try:
-        reveal_secrets(box, identity)
+        secrets = reveal_secrets(box, identity)
     except ValueError:
         return (
             "the stored token or app secret cannot be decrypted with this SECRET_KEY; "
             "set it again with `identity update`, then `identity resume`"
         )
+    problem = token_problem(secrets.token)
+    if problem is not None:
+        # Stored before tokens were checked, or past the checks: every call would fail
+        # before it left, each burning an attempt.
+        return f"{problem}; set it again with `identity update --token`, then `identity resume`"
     return None
 
 
@@ -322,9 +330,14 @@ def _call_and_record(
     if not fits_in_lease(config, prepared.claimed_mono, monotonic()):
         return stand_down(db, claim, config, monotonic() - prepared.claimed_mono, clock()), None
     started = time.monotonic()
-    result = prepared.provider.send(
-        prepared.credentials, prepared.outbound, timeout=config.provider_timeout
-    )
+    try:
+        result = prepared.provider.send(
+            prepared.credentials, prepared.outbound, timeout=config.provider_timeout
+        )
+    except JobTimeoutException:
+        raise  # the job's own time is up: its handling stays RQ's
+    except Exception as exc:
+        result = call_crashed(prepared.credentials, prepared.provider.name, exc)
     count_send(prepared.provider.name, prepared.lane, result, time.monotonic() - started)
 
     # 3. Record, then let the caller react to the answer (a drain adjusts its pace). On a
@@ -345,6 +358,30 @@ def _call_and_record(
     if on_result is not None:
         on_result(result)
     return recorded
+
+
+def call_crashed(credentials: Credentials, provider: str, exc: Exception) -> SendResult:
+    """A call that raised where a provider module answers with a result: a fault of ours
+    (a bug, a value the request cannot be built from). It is recorded like a lost answer,
+    an unknown outcome in the exception's own words, since what left the process cannot be
+    told: the message waits the webhook grace, and at the cap it fails `exhausted` with
+    those words as its reason. Escaping instead, it ended the drain with the identity's key
+    held and its claims leased, each re-claimed as a lost lease with no reason of its own.
+    The words may quote a header, so the identity's secrets are cut out of them, and no
+    traceback (which would repeat them) is logged: only where it was raised.
+    """
+    words = f"{type(exc).__name__}: {exc}"
+    for secret in (credentials.token, credentials.app_secret):
+        if secret:
+            for form in {secret, repr(secret)[1:-1], repr(secret.encode("utf-8", "replace"))[2:-1]}:
+                words = words.replace(form, "[secret]")
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+    log.error("the %s call raised instead of answering (at %s): %s", provider, where, words)
+    error = ProviderError(
+        provider=provider, title="Ratchet's own error during the call", message=words, raw=words
+    )
+    return SendResult(failure=FailureClass.UNKNOWN, error=error, outcome_known=False)
 
 
 def count_send(provider: str, lane: str, result: SendResult, seconds: float) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from flask import Flask
 from flask.testing import FlaskCliRunner
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 
 from app import migrate
 from app.crypto import SecretBox, check_password
@@ -506,3 +506,32 @@ def test_a_base_url_s_trailing_slashes_are_dropped(cli: FlaskCliRunner, db: Data
     with db.transaction() as session:
         identity = session.get(Identity, identity_id)
         assert identity is not None and identity.base_url == "http://127.0.0.1:9/v21.0"
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["EAAG-tok\u200ben", "EAAG tok", "EAAG-tok\n", "EAAG-tok\x7f", "EAAG-t\u00f6k"],
+    ids=["zero-width space", "space", "line break", "DEL", "non-ASCII"],
+)
+def test_a_token_no_http_header_can_carry_is_refused_and_nothing_is_stored(
+    cli: FlaskCliRunner, db: Database, token: str
+) -> None:
+    identity_id = make_identity(cli)
+    with db.transaction() as session:
+        before = session.get(Identity, identity_id)
+        assert before is not None
+        version, sealed = before.credentials_version, before.token_encrypted
+    args = ["identity", "create", "--tenant", "acme", "--provider", "whatsapp"]
+    args += ["--account-id", "4243", "--base-url", "https://graph.example/v21.0"]
+    created = run(cli, *args, "--app-secret", "s", "--token", token, ok=False)
+    assert created.exit_code != 0 and "no HTTP header can carry" in created.output
+    assert "nothing was created" in created.output
+    updated = run(cli, "identity", "update", str(identity_id), "--token", token, ok=False)
+    assert updated.exit_code != 0 and "no HTTP header can carry" in updated.output
+    assert "nothing was changed" in updated.output
+    assert "EAAG" not in created.output + updated.output
+    with db.transaction() as session:
+        assert session.scalars(select(func.count()).select_from(Identity)).one() == 1
+        after = session.get(Identity, identity_id)
+        assert after is not None
+        assert (after.credentials_version, after.token_encrypted) == (version, sealed)

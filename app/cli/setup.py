@@ -153,7 +153,7 @@ def identity_create(
         raise click.ClickException(
             f"a {provider} identity with account id {account_id!r}{also} already exists"
         ) from exc
-    except (identities.RatesError, identities.BaseUrlError) as exc:
+    except (identities.RatesError, identities.BaseUrlError, identities.TokenError) as exc:
         raise click.ClickException(f"{exc}; nothing was created") from exc
     click.echo(
         f"created {provider} identity for tenant {tenant_name!r}, account {account_id}, "
@@ -209,7 +209,7 @@ def identity_update(
                 campaign_rate=campaign_rate,
                 total_rate=total_rate,
             )
-        except (identities.RatesError, identities.BaseUrlError) as exc:
+        except (identities.RatesError, identities.BaseUrlError, identities.TokenError) as exc:
             raise click.ClickException(f"{exc}; nothing was changed") from exc
     if not changed:
         raise click.UsageError("nothing to change: give at least one option")

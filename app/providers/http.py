@@ -302,6 +302,14 @@ def _post(
         raise ConnectFailedError(f"could not connect to {url}: {_describe(exc)}") from exc
     except httpx.InvalidURL as exc:
         raise ConnectFailedError(f"invalid URL {url!r}: {exc}") from exc
+    except httpx.LocalProtocolError:
+        # The HTTP library refused what we asked it to write (a header value it cannot
+        # carry). Its words quote the value, which may be the Authorization header: they
+        # are not kept. Nothing says at what point it refused, so the outcome stays unknown.
+        raise ConnectionLostError(
+            f"the request to {url} could not be written: LocalProtocolError (a header or "
+            "body the HTTP library refused; its words are not kept, they may quote the token)"
+        ) from None
     except httpx.DecodingError as exc:
         # An answer came, in a coding we cannot read (a provider that compressed unasked):
         # the request reached it, and what it said is lost.

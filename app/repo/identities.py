@@ -58,7 +58,7 @@ def create_identity(
         provider=provider,
         account_id=account_id,
         base_url=checked_base_url(base_url),
-        token_encrypted=box.encrypt(token),
+        token_encrypted=box.encrypt(checked_token(token)),
         app_secret_encrypted=box.encrypt(app_secret) if app_secret else None,
         verify_token_hash=sha256_hex(verify_token) if verify_token else None,
         sender=sender,
@@ -131,6 +131,32 @@ def checked_base_url(url: str) -> str:
     return url.rstrip("/")
 
 
+class TokenError(ValueError):
+    """A token no provider call can carry."""
+
+
+def token_problem(token: str) -> str | None:
+    """Why `token` cannot travel in an HTTP header (None: it can). Every provider sends it
+    there (a Bearer token, Twilio's basic auth), and a header carries visible ASCII only:
+    a pasted space, line break or zero-width character would fail every call before it
+    leaves. The words never repeat the token."""
+    if not token:
+        return "the token is empty"
+    if not all("!" <= c <= "~" for c in token):
+        return (
+            "the token holds a space, a control or a non-ASCII character (a zero-width "
+            "space pasted with it?), which no HTTP header can carry"
+        )
+    return None
+
+
+def checked_token(token: str) -> str:
+    problem = token_problem(token)
+    if problem is not None:
+        raise TokenError(problem)
+    return token
+
+
 class RatesError(ValueError):
     """Lane rates that would let one lane's traffic delay the other's."""
 
@@ -199,7 +225,7 @@ def update_identity(
     """
     values: dict[str, object] = {}
     if token is not None:
-        values["token_encrypted"] = box.encrypt(token)
+        values["token_encrypted"] = box.encrypt(checked_token(token))
     if app_secret is not None:
         values["app_secret_encrypted"] = box.encrypt(app_secret)
     if base_url is not None:

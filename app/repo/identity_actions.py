@@ -167,7 +167,8 @@ def change(
 ) -> list[str]:
     """Change what was given (a new token bumps the credentials version); the audit row
     names the fields changed, never a secret's value. Raises `RatesError` on bad rates,
-    `BaseUrlError` on a base URL no call can go to (`checked_base_url`)."""
+    `BaseUrlError` on a base URL no call can go to (`checked_base_url`), `TokenError` on a
+    token no call can carry (`checked_token`)."""
     changed = identities.update_identity(
         session,
         box,

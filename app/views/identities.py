@@ -16,7 +16,7 @@ from app.auth import requires_role, staff, tenant_scope
 from app.crypto import get_box
 from app.db import get_db
 from app.repo import identity_actions
-from app.repo.identities import RatesError
+from app.repo.identities import RatesError, TokenError
 from app.repo.identity_page import IdentityNotFoundError, identity_rows, scoped_identity
 from app.views.pages import is_htmx, now, scope_args, staff_blueprint
 from jobs.pacing import Pace, paces
@@ -194,6 +194,9 @@ def credentials(identity_id: int) -> ResponseReturnValue:
             )
     except IdentityNotFoundError as exc:
         raise NotFound() from exc
+    except TokenError as exc:
+        flash(f"Identity {identity_id}: nothing changed: {exc}.", "refused")
+        return _back()
     flash(
         f"Identity {identity_id}: new {' and '.join(changed)} stored (not shown again). "
         "A broken-sender answer to an earlier attempt will not pause it again.",

@@ -416,3 +416,16 @@ def test_a_paused_identity_can_still_have_its_campaign_lane_paused_for_after_the
     post(operator, f"/identities/{iid}/resume", scope="identity")
     row = identity_row(db, iid)
     assert row.paused_at is None and row.campaign_paused_reason == "hold the campaign"
+
+
+def test_a_token_no_http_header_can_carry_is_refused_and_nothing_is_stored(
+    admin: FlaskClient, db: Database, tenants: Tenants
+) -> None:
+    iid = tenants.acme.identity_id
+    page = post(admin, f"/identities/{iid}/credentials", token="EAAG-pasted\u200b-token")
+    assert f"Identity {iid}: nothing changed" in page and "no HTTP header can carry" in page
+    assert "EAAG" not in page
+    row = identity_row(db, iid)
+    assert row.credentials_version == 0
+    assert reveal_secrets(SecretBox(SECRET_KEY), row).token != "EAAG-pasted\u200b-token"
+    assert audit_rows(db) == []
