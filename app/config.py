@@ -48,6 +48,8 @@ class Config:
     cap_unknown: int = 5
     cap_rate_limited: int = 10
     lease_margin: float = 5.0
+    # PostgreSQL ends a session idle inside a transaction this long (a stopped process).
+    db_idle_in_transaction: float = 10.0
     # Drains and pacing (docs/design.md section 7).
     drain_slice: float = 5.0  # a drain hands its worker back after this long
     drain_batch: int = 20  # messages claimed and sent together, at most
@@ -111,6 +113,7 @@ class Config:
             "provider_timeout": env_float(env, "RATCHET_PROVIDER_TIMEOUT", 10.0),
             "webhook_grace": env_float(env, "RATCHET_WEBHOOK_GRACE", 15.0),
             "lease_margin": env_float(env, "RATCHET_LEASE_MARGIN", 5.0),
+            "db_idle_in_transaction": env_float(env, "RATCHET_DB_IDLE_IN_TRANSACTION", 10.0),
             "cap_unknown": env_int(env, "RATCHET_CAP_UNKNOWN", 5),
             "cap_rate_limited": env_int(env, "RATCHET_CAP_RATE_LIMITED", 10),
             "drain_slice": env_float(env, "RATCHET_DRAIN_SLICE", 5.0),
@@ -148,6 +151,11 @@ class Config:
             raise ConfigError(
                 "SECRET_KEY is missing or shorter than 16 characters; "
                 "`make run` generates one into instance/secret_key"
+            )
+        if not 0.001 <= config.db_idle_in_transaction <= 86_400:
+            raise ConfigError(
+                "RATCHET_DB_IDLE_IN_TRANSACTION must be between 0.001 and 86400 seconds, got "
+                f"{config.db_idle_in_transaction!r}"
             )
         if config.alert_webhook_url and len(config.alert_webhook_secret) < 16:
             raise ConfigError(

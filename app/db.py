@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 from flask import Flask, current_app, g
-from sqlalchemy import Connection, Engine, create_engine, event, exc
+from sqlalchemy import Connection, Engine, create_engine, event, exc, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -40,6 +40,20 @@ TCP_SETTINGS = {
     "keepalives_count": 3,
 }
 
+# A PostgreSQL session idle inside a transaction for longer than this is ended by the
+# server, its transaction rolled back and its locks released. No unit of work here waits
+# between its statements (provider calls happen outside transactions), so only a process
+# stopped mid-transaction reaches it: a worker frozen (SIGSTOP, a frozen VM) inside its
+# claim would otherwise hold its claimed rows, invisible to every other drain, and the share
+# lock on its identity, which an operator's pause waits for, until it woke, for hours.
+IDLE_IN_TRANSACTION_SECONDS = 10.0
+# The server's own timer is disarmed by psycopg's pipelines (its `executemany`): after the
+# pipeline's Sync it may send a Flush, and a backend that reads a Flush does not arm the
+# timer again until the next Sync. So the sweeper also ends this installation's sessions
+# idle in a transaction past the limit (`end_stalled_sessions`), which it finds by this
+# application name (a URL's own `application_name` replaces it).
+APPLICATION_NAME = "ratchet"
+
 # Set by `Database.transaction(ping=True)`: every checkout inside pings.
 _PING_EVERY_CHECKOUT: ContextVar[bool] = ContextVar("ratchet_ping_every_checkout", default=False)
 
@@ -54,7 +68,11 @@ def normalise_url(url: str) -> str:
 
 
 def build_engine(
-    url: str, *, ping_after_idle: float = PING_AFTER_IDLE_SECONDS, **kwargs: Any
+    url: str,
+    *,
+    ping_after_idle: float = PING_AFTER_IDLE_SECONDS,
+    idle_in_transaction: float = IDLE_IN_TRANSACTION_SECONDS,
+    **kwargs: Any,
 ) -> Engine:
     url = normalise_url(url)
     parsed = make_url(url)
@@ -74,7 +92,18 @@ def build_engine(
     kwargs.setdefault("pool_pre_ping", not checked)
     if parsed.get_driver_name() == "psycopg":
         tcp = {name: value for name, value in TCP_SETTINGS.items() if name not in parsed.query}
-        kwargs["connect_args"] = {**tcp, **kwargs.get("connect_args", {})}
+        # Before the URL's own options, so that a setting the URL gives wins.
+        options = f"-c idle_in_transaction_session_timeout={int(idle_in_transaction * 1000)}"
+        given = parsed.query.get("options")
+        if given:
+            options += " " + (given if isinstance(given, str) else " ".join(given))
+        named = {} if "application_name" in parsed.query else {"application_name": APPLICATION_NAME}
+        kwargs["connect_args"] = {
+            **tcp,
+            **named,
+            "options": options,
+            **kwargs.get("connect_args", {}),
+        }
     engine = create_engine(url, **kwargs)
     if checked:
         _check_on_checkout(engine, ping_after_idle)
@@ -169,6 +198,29 @@ def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def end_stalled_sessions(session: Session, idle_seconds: float) -> list[int]:
+    """End this installation's PostgreSQL sessions (same database, role and application
+    name as this one's) that have been idle inside a transaction for longer than
+    `idle_seconds`: a process stopped mid-transaction, whose server-side timer a pipeline
+    disarmed (see `APPLICATION_NAME`). Their transactions roll back and their locks go;
+    the process, if it ever wakes, finds its connection closed. Returns their pids.
+    Nothing on SQLite, or when the application name is empty (nothing to tell ours by)."""
+    if session.get_bind().dialect.name != "postgresql":
+        return []
+    rows = session.execute(
+        text(
+            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND usename = current_user"
+            " AND application_name = current_setting('application_name')"
+            " AND application_name <> '' AND pid <> pg_backend_pid()"
+            " AND state IN ('idle in transaction', 'idle in transaction (aborted)')"
+            " AND state_change < clock_timestamp() - make_interval(secs => :idle)"
+        ),
+        {"idle": idle_seconds},
+    ).all()
+    return [int(pid) for pid, ended in rows if ended]
 
 
 class Database:
@@ -314,6 +366,7 @@ def init_app(app: Flask, database: Database | None = None) -> None:
         else {
             "pool_size": config.drain_concurrency + 2,
             "max_overflow": 10,
+            "idle_in_transaction": config.db_idle_in_transaction,
         }
     )
     app.extensions["ratchet.db"] = database or Database(

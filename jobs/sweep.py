@@ -1,6 +1,8 @@
 """The sweeper: a database-driven loop, not an RQ job (it must survive a Redis flush).
 
 Every pass (docs/design.md section 2):
+0. end this installation's database sessions idle inside a transaction past the limit (a
+   process stopped mid-transaction: its claims and locks roll back);
 1. replay webhook statuses not yet applied (ones whose apply failed, and recently parked);
 2. ring the drain of every identity and lane with something due (queued, retries whose
    time has come, expired leases, held messages whose identity is active again), skipping
@@ -25,7 +27,7 @@ from datetime import datetime, timedelta
 from types import FrameType
 
 from app.config import Config
-from app.db import Database
+from app.db import Database, end_stalled_sessions
 from app.reconcile import apply_webhook_status
 from app.repo.bulkplans import PREVIEW_LIFETIME, expire_previews, running_plan_ids
 from app.repo.inbox import expire_parked, pending_status_ids
@@ -48,6 +50,7 @@ class Pass:
     still_pending: int
     expired: int
     bulk_plans: int = 0
+    stalled_sessions: int = 0
 
     def describe(self) -> str:
         return (
@@ -56,16 +59,39 @@ class Pass:
             + f", replayed {self.replayed} webhook statuses ({self.still_pending} still parked)"
             + f", expired {self.expired} parked statuses"
             + (f", worked on {self.bulk_plans} bulk plans" if self.bulk_plans else "")
+            + (
+                f", ended {self.stalled_sessions} database sessions stalled in a transaction"
+                if self.stalled_sessions
+                else ""
+            )
         )
 
     @property
     def did_anything(self) -> bool:
         return bool(
-            self.rung or self.ring_failed or self.replayed or self.expired or self.bulk_plans
+            self.rung
+            or self.ring_failed
+            or self.replayed
+            or self.expired
+            or self.bulk_plans
+            or self.stalled_sessions
         )
 
 
 def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
+    # 0. Sessions of ours stalled inside a transaction (a process stopped mid-claim holds
+    #    the rows it claimed, unseen by every other drain, and its identity's share lock,
+    #    which an operator's pause waits for): ended, so their work rolls back.
+    with db.transaction() as session:
+        stalled = end_stalled_sessions(session, config.db_idle_in_transaction)
+    if stalled:
+        log.warning(
+            "ended %d database sessions idle in a transaction for over %g s (pids %s): "
+            "their processes stopped mid-transaction; what they held rolls back",
+            len(stalled),
+            config.db_idle_in_transaction,
+            ", ".join(map(str, stalled)),
+        )
     # 1. Statuses first: a webhook that answered an unknown outcome must be applied before
     #    the retry it makes unnecessary is rung.
     with db.transaction() as session:
@@ -104,7 +130,9 @@ def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
             run_plan(db, config, plan_id, lambda: now, budget_seconds=BULK_SHARE_SECONDS)
         except Exception:
             log.exception("bulk plan %s: a chunk failed; the next pass tries again", plan_id)
-    return Pass(len(due) - len(failed), len(failed), replayed, still, expired, len(plans))
+    return Pass(
+        len(due) - len(failed), len(failed), replayed, still, expired, len(plans), len(stalled)
+    )
 
 
 def run_sweeper(
