@@ -106,7 +106,7 @@ def drain(identity_id: int, lane: str, token: str) -> str:
     """The RQ job. Returns a summary, for the job's result and the logs."""
     config: Config = current_app.config["RATCHET"]
     redis = get_redis()
-    pacer = Pacer(redis, config.pacing_burst, config.pacing_slowdown)
+    pacer = Pacer(redis, config.pacing_burst, config.pacing_slowdown, config.pair_limit_wait)
     return Drain(get_db(), get_box(), config, redis, pacer, identity_id, lane).run(token)
 
 
@@ -220,7 +220,7 @@ class Drain:
 
     def _step(self) -> _Step:
         now = self.clock()
-        paced = self.pacer.paced_recipients(self.identity_id)
+        pairs = self.pacer.recipient_paces(self.identity_id)
         # 1. The identity, the verdicts owed, and what is due.
         with self.db.transaction() as session:
             identity = get_identity(session, self.identity_id)
@@ -242,7 +242,7 @@ class Drain:
                             "failed: exhausted (after the webhook grace)",
                             extra={"outcome": "failed"},
                         )
-            want = count_due(session, self.identity_id, self.lane, now, self.config, paced)
+            want = count_due(session, self.identity_id, self.lane, now, self.config, pairs.blocked)
             if want == 0 and not self._in_flight:
                 again = earliest_due(session, self.identity_id, self.lane, now)
                 return _Step(stop=True, again=again)
@@ -287,7 +287,8 @@ class Drain:
                 grant.slots,
                 now,
                 lease,
-                skip_recipients=paced,
+                skip_recipients=pairs.blocked,
+                one_each=pairs.paced,
             )
             identity = get_identity(session, self.identity_id)
             assert identity is not None
@@ -328,6 +329,11 @@ class Drain:
                     ):
                         log.info("%s", prepared[0], extra={"outcome": "no call"})
             insert_attempts(session, attempt_rows)
+        if pairs.paced:
+            paced = set(pairs.paced)
+            self.pacer.pair_sends(
+                self.identity_id, [p.recipient for p in batch if p.recipient in paced]
+            )
         if batch:
             if self._calls is None:
                 self._calls = ThreadPoolExecutor(
@@ -412,7 +418,7 @@ class Drain:
                     "provider rate limit (%s): the identity's pace x%s for a minute", code, factor
                 )
             elif result.failure is FailureClass.PAIR_LIMITED:
-                self.pacer.pace_recipient(self.identity_id, prepared.recipient)
+                self.pacer.pair_limited(self.identity_id, prepared.recipient)
 
         outcome, next_ring = call_and_record(
             self.db, self.config, prepared, self.clock, self.monotonic, on_result=feedback

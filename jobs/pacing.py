@@ -17,14 +17,14 @@ bucket cannot be emptied by one lane while the other has room.
 
 The provider's own rate-limit answers (130429, 80007, 4, Twilio's 20429) slow the identity:
 its rates are halved for a minute (halved again if it happens again meanwhile, down to an
-eighth), then recover. A pair limit (131056) paces that one recipient to one send per 6 s
-without slowing anyone else. Both live in Redis with an expiry: a flush just ends them early.
+eighth), then recover. A pair limit (131056) holds that one recipient for 6 s, then paces it
+to one send per 6 s for a minute after its last pair limit, without slowing anyone else.
+Both live in Redis with an expiry: a flush just ends them early.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 from redis import Redis
@@ -62,8 +62,63 @@ end
 return {grant, string.format('%.0f', wait)}
 """
 
+# KEYS: the identity's slow-down factor. ARGV: its floor, how long it lasts (ms). Halves
+# the factor in one step, so two rate-limit answers at once halve it twice, not once.
+_SLOW_DOWN = """
+local factor = tonumber(redis.call('GET', KEYS[1]) or '1') / 2
+if factor < tonumber(ARGV[1]) then factor = tonumber(ARGV[1]) end
+redis.call('SET', KEYS[1], tostring(factor), 'PX', ARGV[2])
+return tostring(factor)
+"""
+
+# The pair limit, on Redis's clock (microseconds). KEYS: the identity's recipients under a
+# pair limit now (member -> when the next send to them may go) and those paced after one
+# (member -> until when). ARGV: `read` | `limited` | `sent`, the spacing and how long a
+# recipient stays paced (microseconds), then recipients.
+# read:    {recipients not to be sent to now, recipients paced but free now}
+# limited: a pair-limit answer: no send to them for the spacing, and paced for a while
+# sent:    sends to them just claimed: those paced wait the spacing before the next
+_PAIRS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local spacing = tonumber(ARGV[2])
+local paced_for = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if ARGV[1] == 'read' then
+  local blocked = redis.call('ZRANGE', KEYS[1], 0, -1)
+  local free = {}
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    if not redis.call('ZSCORE', KEYS[1], member) then table.insert(free, member) end
+  end
+  return {blocked, free}
+end
+for i = 4, #ARGV do
+  local member = ARGV[i]
+  if ARGV[1] == 'limited' then
+    redis.call('ZADD', KEYS[2], string.format('%.0f', now + paced_for), member)
+    redis.call('ZADD', KEYS[1], string.format('%.0f', now + spacing), member)
+  elseif redis.call('ZSCORE', KEYS[2], member) then
+    redis.call('ZADD', KEYS[1], string.format('%.0f', now + spacing), member)
+  end
+end
+local ttl = math.ceil((spacing + paced_for) / 1000) + 1000
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('PEXPIRE', KEYS[2], ttl)
+return {{}, {}}
+"""
+
 SLOWEST = 0.125
-PAIR_LIMIT_SECONDS = 6.0
+
+
+@dataclass(frozen=True, slots=True)
+class RecipientPaces:
+    """An identity's recipients under the provider's pair limit (131056): `blocked` may not
+    be sent to now; `paced` may, one message each per batch, each send starting the
+    spacing again."""
+
+    blocked: list[str]
+    paced: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +152,19 @@ class Pacer:
     """The identity buckets in one Redis, for every worker process."""
 
     def __init__(
-        self, redis: Redis, burst_seconds: float = 0.1, slowdown_seconds: float = 60.0
+        self,
+        redis: Redis,
+        burst_seconds: float = 0.1,
+        slowdown_seconds: float = 60.0,
+        pair_seconds: float = 6.0,
     ) -> None:
         self.redis = redis
         self.burst_seconds = burst_seconds
         self.slowdown_seconds = slowdown_seconds
+        self.pair_seconds = pair_seconds
         self._take = redis.register_script(_TAKE)
+        self._slow_down = redis.register_script(_SLOW_DOWN)
+        self._pairs = redis.register_script(_PAIRS)
 
     def take(self, identity_id: int, lane: str, want: int, rates: Rates, other: float) -> Grant:
         """Up to `want` slots for `lane` now. `other` is the other lane's rate: the total
@@ -129,30 +191,45 @@ class Pacer:
 
     def slow_down(self, identity_id: int) -> float:
         """The provider said too fast: halve the identity's rates for a minute."""
-        factor = max(SLOWEST, self.slowdown(identity_id) / 2)
-        self.redis.set(
-            f"ratchet:slow:{identity_id}", repr(factor), px=int(self.slowdown_seconds * 1000)
+        factor = self._slow_down(
+            keys=[f"ratchet:slow:{identity_id}"],
+            args=[repr(SLOWEST), int(self.slowdown_seconds * 1000)],
         )
-        return factor
+        return float(factor)
 
-    def pace_recipient(self, identity_id: int, recipient: str) -> None:
-        """A pair limit: no send to this recipient from this identity for 6 s."""
-        key = f"ratchet:pair:{identity_id}"
-        until = time.time() + PAIR_LIMIT_SECONDS
-        pipe = self.redis.pipeline()
-        pipe.zadd(key, {recipient: until})
-        pipe.expire(key, math.ceil(PAIR_LIMIT_SECONDS) + 1)
-        pipe.execute()
+    # The pair limit: after a 131056 a recipient is not sent to for `pair_seconds` (the
+    # provider's spacing, about 6 s), then stays paced for `slowdown_seconds` after its
+    # last 131056: one message at a time, each starting the spacing again. Without that,
+    # the batch after the first wait took every message due to that recipient at once,
+    # and all but one met 131056 again, each counted against the message's cap.
 
-    def paced_recipients(self, identity_id: int) -> list[str]:
-        """Recipients of this identity under a pair limit right now."""
-        key = f"ratchet:pair:{identity_id}"
-        now = time.time()
-        pipe = self.redis.pipeline()
-        pipe.zremrangebyscore(key, 0, now)
-        pipe.zrange(key, 0, -1)
-        _, members = pipe.execute()
-        return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+    def pair_limited(self, identity_id: int, recipient: str) -> None:
+        """A pair-limit answer for a send from this identity to this recipient."""
+        self._pair_script(identity_id, "limited", [recipient])
+
+    def pair_sends(self, identity_id: int, recipients: list[str]) -> None:
+        """Sends to these recipients were just claimed: the paced ones wait the spacing."""
+        if recipients:
+            self._pair_script(identity_id, "sent", recipients)
+
+    def recipient_paces(self, identity_id: int) -> RecipientPaces:
+        blocked, paced = self._pair_script(identity_id, "read", [])
+        return RecipientPaces(_strings(blocked), _strings(paced))
+
+    def _pair_script(
+        self, identity_id: int, mode: str, recipients: list[str]
+    ) -> list[list[bytes | str]]:
+        spacing = int(self.pair_seconds * 1_000_000)
+        paced_for = int(max(self.slowdown_seconds, self.pair_seconds) * 1_000_000)
+        answer: list[list[bytes | str]] = self._pairs(
+            keys=[f"ratchet:pair:{identity_id}", f"ratchet:pair-paced:{identity_id}"],
+            args=[mode, spacing, paced_for, *recipients],
+        )
+        return answer
+
+
+def _strings(members: list[bytes | str]) -> list[str]:
+    return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
 
 
 @dataclass(frozen=True, slots=True)

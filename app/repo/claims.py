@@ -7,6 +7,7 @@ that attempt and cycle.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -196,6 +197,7 @@ def claim_batch(
     lease: timedelta,
     *,
     skip_recipients: list[str] | None = None,
+    one_each: Collection[str] = (),
 ) -> list[Claim]:
     """Claim up to `limit` due messages of one identity and lane for one attempt each.
 
@@ -205,7 +207,8 @@ def claim_batch(
        `claim_message` does for one (the rows are locked, so the state read is the state
        written over), and append one claim event each in one INSERT.
     A paused identity claims nothing, nor does a paused campaign lane; a message owing a
-    verdict is left to `take_verdict`.
+    verdict is left to `take_verdict`. Messages to `skip_recipients` are not claimed, and
+    of those to a recipient in `one_each` only the oldest (the provider's pair limit).
     """
     if limit <= 0:
         return []
@@ -227,6 +230,7 @@ def claim_batch(
             Message.attempt,
             Message.next_attempt_at,
             Message.lease_until,
+            Message.recipient,
         )
         .where(
             Message.identity_id == identity_id,
@@ -242,6 +246,17 @@ def claim_batch(
     if skip_recipients:
         query = query.where(Message.recipient.not_in(skip_recipients))
     rows = session.execute(query).all()
+    if one_each:
+        # The rows left out stay locked only until this transaction ends, then are due.
+        taken: set[str] = set()
+        kept = []
+        for row in rows:
+            if row.recipient in one_each:
+                if row.recipient in taken:
+                    continue
+                taken.add(row.recipient)
+            kept.append(row)
+        rows = kept
     if not rows:
         return []
     claims = []

@@ -30,6 +30,13 @@ ERRORS: dict[int, MetaError] = {
             "phone number in a short period of time.",
         ),
         MetaError(131000, 500, "Something went wrong", "Something went wrong."),
+        MetaError(
+            131056,
+            400,
+            "(Business Account, Consumer Account) pair rate limit hit",
+            "Message failed to send because there were too many messages sent from this "
+            "phone number to the same phone number in a short period of time.",
+        ),
         MetaError(131008, 400, "Required parameter is missing", "A parameter is missing."),
         MetaError(131016, 503, "Service unavailable", "A service is temporarily unavailable."),
         MetaError(131026, 400, "Message undeliverable", "Message Undeliverable."),

@@ -158,6 +158,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._deliver(reply)
 
     def _deliver(self, reply: Reply | TwilioReply) -> None:
+        delay = getattr(reply, "delay", 0.0)
+        if delay > 0 and self.server.sandbox.stopping.wait(delay):
+            self.close_connection = True
+            return
         if reply.answer == "reset":
             self._reset_connection()
             return

@@ -37,11 +37,15 @@ class NumberSettings(BaseModel):
     display_phone_number: str = "15550100000"
     honour_idempotency_keys: bool = False
     webhook_delay_ms: int = Field(default=0, ge=0)
+    # Every answer to a send waits this long (the network and the provider's own time).
+    answer_delay_ms: int = Field(default=0, ge=0, le=60_000)
     duplicate_webhooks: bool = False
     shuffle_webhooks: bool = False
     batch_webhooks: bool = False
     statuses: list[StatusName] = Field(default_factory=lambda: list(DEFAULT_STATUSES))
     rate_limit_mps: int | None = Field(default=80, ge=1)
+    # A send to a recipient accepted less than this long after the last one to them: 131056.
+    pair_limit_seconds: float | None = Field(default=None, gt=0)
     fault_rates: dict[str, float] = Field(default_factory=dict)
     seed: int | None = None
     hang_seconds: float = Field(default=30.0, ge=0)
@@ -74,6 +78,8 @@ class Number:
     # Idempotency-Key -> the original success answer (only when keys are honoured).
     answers_by_key: dict[str, dict[str, Any]] = field(default_factory=dict)
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # The time of the last send accepted for each recipient (wa_id), for the pair limit.
+    last_accepted_to: dict[str, float] = field(default_factory=dict)
 
     def is_rate_limited(self, now: float) -> bool:
         """Admit the request unless the last second already holds rate_limit_mps of them."""

@@ -34,6 +34,7 @@ class Reply:
     hang_seconds: float = 0.0
     webhooks: Delivery | None = None
     webhook_delay: float = 0.0
+    delay: float = 0.0  # before any answer (the number's answer_delay_ms)
 
 
 class InvalidSendError(Exception):
@@ -59,7 +60,10 @@ def handle_send(
         "wamid": None,
     }
     with state.lock:
-        reply = _decide(state.numbers.get(phone_number_id), phone_number_id, lower, raw, now, entry)
+        number = state.numbers.get(phone_number_id)
+        reply = _decide(number, phone_number_id, lower, raw, now, entry)
+        if number is not None:
+            reply.delay = number.settings.answer_delay_ms / 1000
         entry["outcome"] = entry.get("outcome", "rejected")
         entry["http_status"] = None if reply.answer == "reset" else reply.status
         entry["error_code"] = reply.body.get("error", {}).get("code")
@@ -107,6 +111,11 @@ def _decide(
         entry["wamid"] = answer["messages"][0]["id"]
         return Reply(200, answer)
 
+    pair_limit = settings.pair_limit_seconds
+    last_to = number.last_accepted_to.get(digits_of(to))
+    if pair_limit is not None and last_to is not None and now - last_to < pair_limit:
+        return _error(131056, ERRORS[131056].details)
+
     fault = fault_for_recipient(to) or draw_rate_fault(settings.fault_rates, number.rng)
     entry["fault"] = fault.name if fault else None
     if fault and fault.times is not None:
@@ -142,6 +151,7 @@ def _decide(
         number.answers_by_key[key] = answer
     entry["outcome"] = "accepted"
     entry["wamid"] = wamid
+    number.last_accepted_to[wa_id] = now
     send = AcceptedSend(
         wamid=wamid,
         wa_id=wa_id,

@@ -83,8 +83,9 @@ class Proxy:
 def test_redis_down_mid_batch_still_records_the_providers_answer_and_the_drain_stops_quietly(
     env: Env,
 ) -> None:
-    cfg = dataclasses.replace(env.config, provider_timeout=3.0, drain_concurrency=1)
-    number = env.number(statuses=[], hang_seconds=1.0, rate_limit_mps=None)
+    # Both calls in flight at once, each answered after 1 s: the 130429 arrives after the cut.
+    cfg = dataclasses.replace(env.config, provider_timeout=3.0, drain_concurrency=2)
+    number = env.number(statuses=[], hang_seconds=1.0, rate_limit_mps=None, answer_delay_ms=1000)
     with env.db.transaction() as session:
         identity = session.get(Identity, number["identity_id"])
         assert identity is not None

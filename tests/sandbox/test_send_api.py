@@ -198,6 +198,34 @@ def test_it_answers_130429_above_the_rate_limit_and_recovers_after_a_second(
     wait_until(lambda: sandbox.send(number).status_code == 200, 3, "the window to slide")
 
 
+def test_it_answers_131056_to_a_second_send_to_one_recipient_within_the_pair_limit(
+    sandbox: SandboxClient, receiver: WebhookReceiver
+) -> None:
+    number = sandbox.register(receiver.url, pair_limit_seconds=0.5, statuses=[])
+
+    first = sandbox.send(number, to="+16505550001")
+    again = sandbox.send(number, to="16505550001")  # the same wa_id, written otherwise
+    other = sandbox.send(number, to="16505550002")  # another recipient is not limited
+
+    assert [first.status_code, again.status_code, other.status_code] == [200, 400, 200]
+    assert_meta_error(again, 400, 131056)
+    assert len(sandbox.messages(number)) == 2
+    wait_until(
+        lambda: sandbox.send(number, to="16505550001").status_code == 200, 3, "the pair limit"
+    )
+
+
+def test_it_holds_every_answer_for_the_numbers_answer_delay(
+    sandbox: SandboxClient, receiver: WebhookReceiver
+) -> None:
+    number = sandbox.register(receiver.url, answer_delay_ms=60_000, statuses=[])
+    with pytest.raises(httpx.ReadTimeout):
+        sandbox.send(number, timeout=0.5)
+    assert len(sandbox.messages(number)) == 1  # decided at once, answered late
+    sandbox.patch(number["phone_number_id"], answer_delay_ms=0)
+    assert sandbox.send(number).status_code == 200
+
+
 def test_it_logs_every_send_request_whatever_its_outcome(
     sandbox: SandboxClient, receiver: WebhookReceiver
 ) -> None:
