@@ -273,9 +273,13 @@ def pending_status_ids(
     instead of being retried on every pass. The never-applied come first: parked ones
     from other senders on a shared number are normal and can be many, and they must not
     crowd out a status whose application was cut short (a `sent` that answers an unknown
-    outcome has to apply before the retry it makes unnecessary).
+    outcome has to apply before the retry it makes unnecessary). The parked go newest
+    first: one that raced its send's record is young, and with more than a pass's worth of
+    other senders' statuses parked in the window, oldest first never reached it.
     """
-    parked_last = case((WebhookStatus.result == Result.PARKED, 1), else_=0)
+    parked = WebhookStatus.result == Result.PARKED
+    parked_last = case((parked, 1), else_=0)
+    newest_parked_first = case((parked, -WebhookStatus.id), else_=WebhookStatus.id)
     return list(
         session.scalars(
             select(WebhookStatus.id)
@@ -287,7 +291,7 @@ def pending_status_ids(
                     WebhookStatus.received_at >= now - parked_window,
                 ),
             )
-            .order_by(parked_last, WebhookStatus.id)
+            .order_by(parked_last, newest_parked_first)
             .limit(limit)
         )
     )

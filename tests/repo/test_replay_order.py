@@ -15,7 +15,7 @@ from flask import Flask
 from app.db import Database
 from app.reconcile import apply_recorded, record_delivery
 from app.repo.claims import claim_message
-from app.repo.inbox import IncomingStatus
+from app.repo.inbox import IncomingStatus, pending_status_ids
 from app.repo.messages import correlation_id_for
 from app.repo.sending import record_retry, start_attempt
 from jobs.sweep import sweep_once
@@ -24,6 +24,7 @@ from ..conftest import T0
 from ..factories import make_message, make_world
 
 LEASE = timedelta(seconds=25)
+WINDOW = timedelta(minutes=10)
 
 
 @pytest.mark.parametrize("parked", [10, 500])  # 10: the control, which passes
@@ -109,3 +110,41 @@ def test_a_status_left_unapplied_is_replayed_even_with_many_parked_ones_older(
         "first copy had been stored 15 s earlier: six sweeper passes replayed only the "
         "500 older parked statuses"
     )
+
+
+def test_the_newest_parked_statuses_are_replayed_first_when_more_are_parked_than_a_pass_takes(
+    db: Database,
+) -> None:
+    """A status that raced its send's record parks for a moment; it is among the newest.
+    With more of other senders' statuses parked in the window than a pass replays (here 5
+    of 10 older ones, 500 in production), oldest first never reached it (found by review)."""
+    world = make_world(db)
+
+    def park(wamid: str, at: timedelta) -> list[int]:
+        status = IncomingStatus(
+            identity_id=world.identity_id,
+            provider="whatsapp",
+            provider_message_id=wamid,
+            status="delivered",
+            provider_time=T0 + at,
+            routing_id="1000001",
+        )
+        with db.transaction() as session:
+            recorded = record_delivery(
+                session,
+                provider="whatsapp",
+                identity_id=world.identity_id,
+                headers={},
+                body="{}",
+                now=T0 + at,
+                statuses=[status],
+            )
+        assert apply_recorded(db, recorded, T0 + at).get("parked") == 1
+        return [status.id for status in recorded.to_apply]
+
+    foreign = [park(f"wamid.APP{i:03d}", timedelta(seconds=i))[0] for i in range(10)]
+    (ours,) = park("wamid.RACED", timedelta(seconds=30))
+    with db.transaction() as session:
+        pending = pending_status_ids(session, T0 + timedelta(minutes=1), WINDOW, limit=5)
+    assert pending[0] == ours and len(pending) == 5
+    assert set(pending[1:]) <= set(foreign)
