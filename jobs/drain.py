@@ -152,6 +152,9 @@ class Drain:
         default_factory=list, init=False, repr=False
     )
     _watching: bool = field(default=True, init=False, repr=False)
+    # The last step left due messages unclaimed for want of a free call thread: on the
+    # reply lane the next step starts as soon as one frees up, not when all have.
+    _capped: bool = field(default=False, init=False, repr=False)
 
     @property
     def lease_ms(self) -> int:
@@ -259,7 +262,9 @@ class Drain:
         # No more than the free call threads, in every step: a claim queued behind other
         # calls (this step's or an earlier one's still in flight) could outwait its
         # lease's latest start and stand down unsent, an attempt counted as unknown.
-        want = min(want, self._threads - len(self._in_flight))
+        free = self._threads - len(self._in_flight)
+        self._capped = want > free
+        want = min(want, free)
         # 2. Pacing slots, on Redis's clock. Waiting for one is never an attempt.
         grant = self.pacer.take(self.identity_id, self.lane, want, rates, other)
         if grant.slots == 0:
@@ -349,11 +354,14 @@ class Drain:
 
         `watch` (the reply lane): return as soon as a ring arrives while some are still in
         flight and a call thread is free, so a reply committed during another reply's call
-        is claimed and sent now, not after that call and its record. The calls left in
+        is claimed and sent now, not after that call and its record; and as soon as a
+        thread is free when the last step left replies due for want of one. The calls left in
         flight are collected by a later step, and all of them before the drain lets go.
         """
         try:
             while self._in_flight:
+                if watch and self._capped and len(self._in_flight) < self._threads:
+                    return  # replies already due wait for a thread, not for every call
                 # Polling only while a ring could be acted on: with every thread busy, the
                 # next call to end is what to wait for.
                 looking = watch and self._watching and len(self._in_flight) < self._threads

@@ -259,3 +259,32 @@ def test_a_reply_drain_waiting_on_a_slow_call_looks_for_rings_at_a_bounded_rate(
 def test_a_reply_drain_with_every_call_thread_busy_does_not_look_for_rings(env: Env) -> None:
     calls, _ = watched_slow_reply(env, concurrency=1)
     assert "exists" not in calls, calls
+
+
+def test_replies_due_beyond_the_free_threads_go_as_a_thread_frees_not_after_every_call(
+    env: Env,
+) -> None:
+    """A step claims no more than its free call threads. Replies already due beyond them
+    are claimed as soon as one thread is free, not once every call in flight has ended: a
+    slow reply holds its own thread only. (Found by review: with the claim capped, the
+    rest waited for the slow call's answer, threads idle.)"""
+    number = slow_number(env, reply_rate=1000.0, campaign_rate=1000.0, total_rate=2000.0)
+    redis = env.app.extensions["ratchet.redis"]
+    redis.set(drain_keys(number["identity_id"], "reply")[0], "capped", px=60_000)
+    slow = env.send(number, SLOW, lane="reply")
+    fast = [env.send(number, f"155573900{n:02d}", lane="reply") for n in range(4)]
+    seen: dict[str, Any] = {}
+
+    def all_at_the_provider() -> None:
+        wait_for("every reply at the sandbox", lambda: len(env.accepted(number)) == 5)
+        seen["slow outcomes then"] = attempt_outcomes(env, slow)
+
+    config = dataclasses.replace(env.config, provider_timeout=TIMEOUT, drain_concurrency=2)
+    summary = drain_during_the_first_call(
+        env, number, "reply", config, "capped", all_at_the_provider, seen
+    )
+
+    # The provider had all five while the slow reply's call was still waiting for its answer.
+    assert seen["slow outcomes then"] == [None]
+    assert "5 accepted" in summary, summary
+    assert [env.message(i).status for i in [slow, *fast]] == ["sent"] * 5
