@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -245,9 +245,16 @@ class Drain:
                             "failed: exhausted (after the webhook grace)",
                             extra={"outcome": "failed"},
                         )
-            want = count_due(session, self.identity_id, self.lane, now, self.config, pairs.blocked)
+            want = count_due(
+                session, self.identity_id, self.lane, now, self.config, pairs.blocked, pairs.paced
+            )
             if want == 0 and not self._in_flight:
                 again = earliest_due(session, self.identity_id, self.lane, now)
+                if pairs.next_free is not None:
+                    # Messages to a pair-limited recipient are due, only held back: come
+                    # back when it may be sent to again (harmless if it has none).
+                    unblocked = now + timedelta(seconds=pairs.next_free)
+                    again = unblocked if again is None else min(again, unblocked)
                 return _Step(stop=True, again=again)
             rates = Rates(
                 lane=identity.reply_rate if self.lane == "reply" else identity.campaign_rate,
@@ -334,11 +341,12 @@ class Drain:
                     ):
                         log.info("%s", prepared[0], extra={"outcome": "no call"})
             insert_attempts(session, attempt_rows)
-        if pairs.paced:
-            paced = set(pairs.paced)
-            self.pacer.pair_sends(
-                self.identity_id, [p.recipient for p in batch if p.recipient in paced]
-            )
+            if pairs.paced:
+                # Before the claim commits: without Redis it rolls back, nothing stranded.
+                paced = set(pairs.paced)
+                self.pacer.pair_sends(
+                    self.identity_id, [p.recipient for p in batch if p.recipient in paced]
+                )
         if batch:
             if self._calls is None:
                 self._calls = ThreadPoolExecutor(
@@ -463,22 +471,41 @@ class _Step:
 
 
 def count_due(
-    session: Session, identity_id: int, lane: str, now: datetime, config: Config, paced: list[str]
+    session: Session,
+    identity_id: int,
+    lane: str,
+    now: datetime,
+    config: Config,
+    blocked: Sequence[str] = (),
+    paced: Sequence[str] = (),
 ) -> int:
-    """How many messages of this identity and lane are due now, up to one batch."""
-    query = select(Message.id).where(
+    """How many messages of this identity and lane may be claimed now, up to one batch:
+    none to a `blocked` recipient, one to each `paced` one (as `claim_batch` takes them)."""
+    due = (
         Message.identity_id == identity_id,
         Message.lane == lane,
         is_waiting(),
         is_due(now),
         Message.pending_verdict.is_(None),
     )
-    if paced:
-        query = query.where(Message.recipient.not_in(paced))
+    query = select(Message.id).where(*due)
+    skip = [*blocked, *paced]
+    if skip:
+        query = query.where(Message.recipient.not_in(skip))
     # In the claim's order, so read as the claim reads (see `plan_without_sorts`).
     plan_without_sorts(session)
     limited = query.order_by(CLAIM_ORDER).limit(config.drain_batch).subquery()
-    return session.scalar(select(func.count()).select_from(limited)) or 0
+    count = session.scalar(select(func.count()).select_from(limited)) or 0
+    if paced:
+        count += (
+            session.scalar(
+                select(func.count(func.distinct(Message.recipient))).where(
+                    *due, Message.recipient.in_(paced)
+                )
+            )
+            or 0
+        )
+    return min(count, config.drain_batch)
 
 
 def owed_verdicts(session: Session, identity_id: int, lane: str, now: datetime) -> list[int]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from redis import Redis
 
@@ -75,7 +76,8 @@ return tostring(factor)
 # pair limit now (member -> when the next send to them may go) and those paced after one
 # (member -> until when). ARGV: `read` | `limited` | `sent`, the spacing and how long a
 # recipient stays paced (microseconds), then recipients.
-# read:    {recipients not to be sent to now, recipients paced but free now}
+# read:    {recipients not to be sent to now, recipients paced but free now, microseconds
+#          until the first of the former is free (-1: none)}
 # limited: a pair-limit answer: no send to them for the spacing, and paced for a while
 # sent:    sends to them just claimed: those paced wait the spacing before the next
 _PAIRS = """
@@ -91,7 +93,10 @@ if ARGV[1] == 'read' then
   for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
     if not redis.call('ZSCORE', KEYS[1], member) then table.insert(free, member) end
   end
-  return {blocked, free}
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local wait = -1
+  if first[2] then wait = tonumber(first[2]) - now end
+  return {blocked, free, string.format('%.0f', wait)}
 end
 for i = 4, #ARGV do
   local member = ARGV[i]
@@ -119,6 +124,7 @@ class RecipientPaces:
 
     blocked: list[str]
     paced: list[str]
+    next_free: float | None = None  # seconds until the first blocked one may be sent to
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,15 +219,16 @@ class Pacer:
             self._pair_script(identity_id, "sent", recipients)
 
     def recipient_paces(self, identity_id: int) -> RecipientPaces:
-        blocked, paced = self._pair_script(identity_id, "read", [])
-        return RecipientPaces(_strings(blocked), _strings(paced))
+        blocked, paced, wait = self._pair_script(identity_id, "read", [])
+        micros = int(wait) if isinstance(wait, bytes | str) else -1
+        return RecipientPaces(
+            _strings(blocked), _strings(paced), micros / 1_000_000 if micros >= 0 else None
+        )
 
-    def _pair_script(
-        self, identity_id: int, mode: str, recipients: list[str]
-    ) -> list[list[bytes | str]]:
+    def _pair_script(self, identity_id: int, mode: str, recipients: list[str]) -> list[Any]:
         spacing = int(self.pair_seconds * 1_000_000)
         paced_for = int(max(self.slowdown_seconds, self.pair_seconds) * 1_000_000)
-        answer: list[list[bytes | str]] = self._pairs(
+        answer: list[Any] = self._pairs(
             keys=[f"ratchet:pair:{identity_id}", f"ratchet:pair-paced:{identity_id}"],
             args=[mode, spacing, paced_for, *recipients],
         )

@@ -208,7 +208,8 @@ def claim_batch(
        written over), and append one claim event each in one INSERT.
     A paused identity claims nothing, nor does a paused campaign lane; a message owing a
     verdict is left to `take_verdict`. Messages to `skip_recipients` are not claimed, and
-    of those to a recipient in `one_each` only the oldest (the provider's pair limit).
+    of those to a recipient in `one_each` only the oldest, before any other (the provider's
+    pair limit).
     """
     if limit <= 0:
         return []
@@ -222,41 +223,50 @@ def claim_batch(
     if state is None or lane_paused(state, lane):
         return []
     plan_without_sorts(session)
-    query = (
-        select(
-            Message.id,
-            Message.status,
-            Message.cycle,
-            Message.attempt,
-            Message.next_attempt_at,
-            Message.lease_until,
-            Message.recipient,
-        )
-        .where(
-            Message.identity_id == identity_id,
-            Message.lane == lane,
-            is_waiting(),
-            is_due(now),
-            Message.pending_verdict.is_(None),
-        )
-        .order_by(CLAIM_ORDER)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
+    due = (
+        Message.identity_id == identity_id,
+        Message.lane == lane,
+        is_waiting(),
+        is_due(now),
+        Message.pending_verdict.is_(None),
     )
-    if skip_recipients:
-        query = query.where(Message.recipient.not_in(skip_recipients))
-    rows = session.execute(query).all()
+    columns = (
+        Message.id,
+        Message.status,
+        Message.cycle,
+        Message.attempt,
+        Message.next_attempt_at,
+        Message.lease_until,
+    )
+    rows: list[Any] = []
     if one_each:
-        # The rows left out stay locked only until this transaction ends, then are due.
-        taken: set[str] = set()
-        kept = []
-        for row in rows:
-            if row.recipient in one_each:
-                if row.recipient in taken:
-                    continue
-                taken.add(row.recipient)
-            kept.append(row)
-        rows = kept
+        # First, the oldest due message of each paced recipient: one each.
+        oldest = (
+            select(func.min(Message.id))
+            .where(*due, Message.recipient.in_(one_each))
+            .group_by(Message.recipient)
+        )
+        rows = list(
+            session.execute(
+                select(*columns)
+                .where(*due, Message.id.in_(oldest))
+                .order_by(CLAIM_ORDER)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            ).all()
+        )
+    if len(rows) < limit:
+        query = (
+            select(*columns)
+            .where(*due)
+            .order_by(CLAIM_ORDER)
+            .limit(limit - len(rows))
+            .with_for_update(skip_locked=True)
+        )
+        skip = [*(skip_recipients or ()), *one_each]
+        if skip:
+            query = query.where(Message.recipient.not_in(skip))
+        rows += session.execute(query).all()
     if not rows:
         return []
     claims = []

@@ -14,12 +14,19 @@ import dataclasses
 import itertools
 import time
 from collections import Counter
+from datetime import timedelta
+from typing import Any
 
-from jobs.drain import Drain
+from redis import Redis
+from sqlalchemy import event
+
+from app.repo.claims import claim_batch
+from jobs.drain import Drain, count_due
 from jobs.pacing import Pacer
-from jobs.queues import drain_keys
+from jobs.queues import drain_keys, get_queue
 
 from .conftest import Env
+from .test_drain_redis_down import Proxy
 
 SPACING = 1.0  # Ratchet's spacing for a pair-limited recipient (6 s in production)
 PROVIDER_WINDOW = 0.8  # the sandbox's pair limit: a little under it, as the real one is
@@ -60,3 +67,95 @@ def test_a_pair_limited_recipient_gets_one_message_per_spacing_and_others_go_at_
     # The other recipients were not held back by it: each went once, in the first batch.
     assert all(answers[(f"155574100{n:02d}", None)] == 1 for n in range(6)), answers
     assert all(env.message(i).attempt == 1 for i in to_others)
+
+
+RECIPIENT = "15557400009"
+
+
+def pacer_and_redis(env: Env, redis: Redis | None = None) -> tuple[Redis, Pacer]:
+    redis = redis or env.app.extensions["ratchet.redis"]
+    return redis, Pacer(redis, pair_seconds=SPACING)
+
+
+def test_a_paced_recipient_s_oldest_goes_first_and_the_rest_of_the_batch_is_others(
+    env: Env,
+) -> None:
+    """One message to a paced recipient per batch, taken first, and the batch filled with
+    others: counted and claimed alike, so no pacing slot is paid for nothing. (Found by
+    review: the one-each filter ran after the LIMIT, and a batch of five due to one paced
+    recipient claimed one message while five others waited.)"""
+    number = env.number(statuses=[])
+    identity_id = number["identity_id"]
+    to_one = [env.send(number, RECIPIENT, lane="campaign", text=f"r{n}") for n in range(5)]
+    others = [env.send(number, f"155574200{n:02d}", lane="campaign") for n in range(5)]
+    config = dataclasses.replace(env.config, drain_batch=5)
+    lease = timedelta(seconds=config.lease_seconds)
+    with env.db.transaction() as session:
+        due = count_due(
+            session, identity_id, "campaign", env.now, config, blocked=[], paced=[RECIPIENT]
+        )
+        claims = claim_batch(
+            session, identity_id, "campaign", due, env.now, lease, one_each=[RECIPIENT]
+        )
+    assert due == 5
+    assert [c.message_id for c in claims] == [to_one[0], *others[:4]]
+
+
+def test_a_drain_held_back_only_by_a_pair_limit_comes_back_when_it_ends(env: Env) -> None:
+    """With nothing due but messages to a recipient under the pair limit, the drain rings
+    itself for the moment the limit ends, instead of leaving them to the sweeper's next
+    pass (or to nobody, with the sweeper down). (Found by review.)"""
+    number = env.number(statuses=[])
+    identity_id = number["identity_id"]
+    ids = [env.send(number, RECIPIENT, lane="campaign", text=f"r{n}") for n in range(2)]
+    redis, pacer = pacer_and_redis(env)
+    pacer.pair_limited(identity_id, RECIPIENT)
+    queue = get_queue("campaign", redis)
+    queue.empty()  # the API's rings
+    scheduled_before = queue.scheduled_job_registry.count
+    redis.set(drain_keys(identity_id, "campaign")[0], "held", px=60_000)
+
+    summary = Drain(env.db, env.box, env.config, redis, pacer, identity_id, "campaign").run("held")
+
+    assert "nothing sent" in summary, summary
+    assert [env.message(i).status for i in ids] == ["queued", "queued"]
+    assert queue.scheduled_job_registry.count == scheduled_before + 1
+
+
+def test_redis_lost_as_a_paced_send_is_noted_rolls_the_claim_back(env: Env) -> None:
+    """Noting a paced recipient's send happens inside the claim's transaction: with Redis
+    gone at that moment the claim rolls back and nothing is stranded under a lease it will
+    never use (each such message would have come back as a lost lease, an unknown attempt
+    counted for a call never made). (Found by review: it ran after the commit.)"""
+    number = env.number(statuses=[])
+    identity_id = number["identity_id"]
+    env.set_rates(number, campaign_rate=500.0, total_rate=500.0)
+    real: Redis = env.app.extensions["ratchet.redis"]
+    real_pacer = Pacer(real, pair_seconds=0.01)
+    real_pacer.pair_limited(identity_id, RECIPIENT)  # paced for a minute, blocked 10 ms
+    time.sleep(0.05)
+    ids = [env.send(number, RECIPIENT, lane="campaign")] + [
+        env.send(number, f"155574300{n:02d}", lane="campaign") for n in range(3)
+    ]
+    kwargs = real.connection_pool.connection_kwargs
+    proxy = Proxy(kwargs.get("port", 6379))
+    redis = Redis(host="127.0.0.1", port=proxy.port, db=kwargs.get("db", 0), socket_timeout=2)
+    redis.set(drain_keys(identity_id, "campaign")[0], "cut", px=60_000)
+
+    def cut_after_the_attempt_rows(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO ATTEMPTS"):
+            proxy.cut()  # Redis goes away between the claim's last statement and its commit
+
+    event.listen(env.db.engine, "after_cursor_execute", cut_after_the_attempt_rows)
+    try:
+        drain = Drain(env.db, env.box, env.config, redis, Pacer(redis), identity_id, "campaign")
+        summary = drain.run("cut")
+    finally:
+        event.remove(env.db.engine, "after_cursor_execute", cut_after_the_attempt_rows)
+        redis.close()
+        redis.connection_pool.disconnect()
+
+    assert "stopped: ConnectionError" in summary, summary
+    assert env.requests(number) == []
+    rows = [env.message(i) for i in ids]
+    assert [(m.status, m.attempt, m.lease_until) for m in rows] == [("queued", 0, None)] * 4
