@@ -152,10 +152,11 @@ class Config:
                 "SECRET_KEY is missing or shorter than 16 characters; "
                 "`make run` generates one into instance/secret_key"
             )
-        if not 0.001 <= config.db_idle_in_transaction <= 86_400:
+        idle = config.db_idle_in_transaction
+        if not (idle == 0 or 0.001 <= idle <= 86_400):
             raise ConfigError(
-                "RATCHET_DB_IDLE_IN_TRANSACTION must be between 0.001 and 86400 seconds, got "
-                f"{config.db_idle_in_transaction!r}"
+                "RATCHET_DB_IDLE_IN_TRANSACTION must be 0 (off) or between 0.001 and 86400 "
+                f"seconds, got {idle!r}"
             )
         if config.alert_webhook_url and len(config.alert_webhook_secret) < 16:
             raise ConfigError(

@@ -92,16 +92,26 @@ def build_engine(
     kwargs.setdefault("pool_pre_ping", not checked)
     if parsed.get_driver_name() == "psycopg":
         tcp = {name: value for name, value in TCP_SETTINGS.items() if name not in parsed.query}
-        # Before the URL's own options, so that a setting the URL gives wins.
-        options = f"-c idle_in_transaction_session_timeout={int(idle_in_transaction * 1000)}"
+        # Ours first, then the environment's PGOPTIONS (an explicit `options` would
+        # replace it) and the URL's own, so that a setting either gives wins. 0: none
+        # (a pooler that refuses startup options, such as PgBouncer before 1.20).
         given = parsed.query.get("options")
-        if given:
-            options += " " + (given if isinstance(given, str) else " ".join(given))
+        options = " ".join(
+            part
+            for part in (
+                f"-c idle_in_transaction_session_timeout={int(idle_in_transaction * 1000)}"
+                if idle_in_transaction > 0
+                else "",
+                os.environ.get("PGOPTIONS", ""),
+                given if isinstance(given, str) else " ".join(given or ()),
+            )
+            if part
+        )
         named = {} if "application_name" in parsed.query else {"application_name": APPLICATION_NAME}
         kwargs["connect_args"] = {
             **tcp,
             **named,
-            "options": options,
+            **({"options": options} if options else {}),
             **kwargs.get("connect_args", {}),
         }
     engine = create_engine(url, **kwargs)
@@ -206,8 +216,9 @@ def end_stalled_sessions(session: Session, idle_seconds: float) -> list[int]:
     `idle_seconds`: a process stopped mid-transaction, whose server-side timer a pipeline
     disarmed (see `APPLICATION_NAME`). Their transactions roll back and their locks go;
     the process, if it ever wakes, finds its connection closed. Returns their pids.
-    Nothing on SQLite, or when the application name is empty (nothing to tell ours by)."""
-    if session.get_bind().dialect.name != "postgresql":
+    Nothing on SQLite, with the limit off (0), or when the application name is empty
+    (nothing to tell ours by)."""
+    if idle_seconds <= 0 or session.get_bind().dialect.name != "postgresql":
         return []
     rows = session.execute(
         text(

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
 import time
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from flask import current_app
 from rq.timeouts import JobTimeoutException
@@ -370,11 +372,7 @@ def call_crashed(credentials: Credentials, provider: str, exc: Exception) -> Sen
     The words may quote a header, so the identity's secrets are cut out of them, and no
     traceback (which would repeat them) is logged: only where it was raised.
     """
-    words = f"{type(exc).__name__}: {exc}"
-    for secret in (credentials.token, credentials.app_secret):
-        if secret:
-            for form in {secret, repr(secret)[1:-1], repr(secret.encode("utf-8", "replace"))[2:-1]}:
-                words = words.replace(form, "[secret]")
+    words = redacted(f"{type(exc).__name__}: {exc}", credentials)
     frames = traceback.extract_tb(exc.__traceback__)
     where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
     log.error("the %s call raised instead of answering (at %s): %s", provider, where, words)
@@ -382,6 +380,24 @@ def call_crashed(credentials: Credentials, provider: str, exc: Exception) -> Sen
         provider=provider, title="Ratchet's own error during the call", message=words, raw=words
     )
     return SendResult(failure=FailureClass.UNKNOWN, error=error, outcome_known=False)
+
+
+def redacted(text: str, credentials: Credentials) -> str:
+    """`text` with the identity's secrets cut out, in the forms a request carries them:
+    as given, escaped (a repr of the string or its bytes), percent-encoded, and Twilio's
+    basic-auth pair in base64."""
+    forms: set[str] = set()
+    for secret in (credentials.token, credentials.app_secret):
+        if secret:
+            encoded = secret.encode("utf-8", "backslashreplace")
+            forms |= {secret, repr(secret)[1:-1], repr(encoded)[2:-1], quote(secret, safe="")}
+    if credentials.token:
+        pair = f"{credentials.account_id}:{credentials.token}".encode("utf-8", "backslashreplace")
+        forms.add(base64.b64encode(pair).decode("ascii"))
+    for form in sorted(forms, key=len, reverse=True):  # the longest first: no partial cut
+        if form:
+            text = text.replace(form, "[secret]")
+    return text
 
 
 def count_send(provider: str, lane: str, result: SendResult, seconds: float) -> None:

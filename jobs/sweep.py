@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from app.config import Config
 from app.db import Database, end_stalled_sessions
 from app.reconcile import apply_webhook_status
@@ -82,8 +84,14 @@ def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
     # 0. Sessions of ours stalled inside a transaction (a process stopped mid-claim holds
     #    the rows it claimed, unseen by every other drain, and its identity's share lock,
     #    which an operator's pause waits for): ended, so their work rolls back.
-    with db.transaction() as session:
-        stalled = end_stalled_sessions(session, config.db_idle_in_transaction)
+    try:
+        with db.transaction() as session:
+            stalled = end_stalled_sessions(session, config.db_idle_in_transaction)
+    except SQLAlchemyError as exc:
+        # Not allowed to read pg_stat_activity or end a session, say: the rest of the pass
+        # still runs (the server's own timeout still applies).
+        log.warning("could not look for stalled database sessions: %s", exc)
+        stalled = []
     if stalled:
         log.warning(
             "ended %d database sessions idle in a transaction for over %g s (pids %s): "

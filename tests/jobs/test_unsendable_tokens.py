@@ -20,12 +20,13 @@ import pytest
 from sqlalchemy import select, update
 
 from app.models import Attempt, Identity
+from app.providers.base import Credentials
 from app.repo.claims import claim_message
 from app.repo.identities import get_identity, resume_identity, update_identity
 from jobs.drain import Drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys
-from jobs.send import Prepared, call_and_record, prepare
+from jobs.send import Prepared, call_and_record, prepare, redacted
 
 from .conftest import Env
 
@@ -127,3 +128,25 @@ def test_a_call_that_cannot_be_made_is_an_unknown_outcome_in_its_own_words_witho
     assert secret not in stored
     assert secret not in caplog.text
     assert env.requests(number) == []  # nothing reached the provider
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "EAAG+tok/en==",  # as given
+        "EAAG%2Btok%2Fen%3D%3D",  # percent-encoded
+        "QUMxMjM6RUFBRyt0b2svZW49PQ==",  # Twilio's basic auth: base64 of "AC123:<token>"
+        "app/secret\\n",  # the app secret, escaped as a repr shows it
+    ],
+    ids=["as given", "percent-encoded", "basic auth", "escaped"],
+)
+def test_a_call_s_words_lose_every_form_of_the_identity_s_secrets(form: str) -> None:
+    credentials = Credentials(
+        account_id="AC123",
+        base_url="https://api.example",
+        token="EAAG+tok/en==",
+        app_secret="app/secret\n",
+    )
+    words = redacted(f"refused header b'Authorization: {form}' for AC123", credentials)
+    assert form not in words and "[secret]" in words
+    assert "AC123" in words.replace(form, "")  # the account id is not a secret

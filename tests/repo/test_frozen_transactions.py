@@ -146,31 +146,43 @@ def test_a_session_stalled_past_the_limit_after_a_pipeline_is_ended_by_the_sweep
         frozen_db.dispose()
 
 
-def test_the_limit_is_a_setting_and_a_url_s_own_options_win(pg_url: str) -> None:
+def test_the_limit_is_a_setting_and_the_environment_s_and_a_url_s_own_options_win(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from app.config import Config, ConfigError
 
     from ..conftest import SECRET_KEY
 
     env = {"SECRET_KEY": SECRET_KEY, "RATCHET_DB_IDLE_IN_TRANSACTION": "2.5"}
     assert Config.from_env(env).db_idle_in_transaction == 2.5
-    for wrong in ("0", "-1", "never"):
+    assert (
+        Config.from_env({**env, "RATCHET_DB_IDLE_IN_TRANSACTION": "0"}).db_idle_in_transaction == 0
+    )
+    for wrong in ("-1", "0.0001", "never"):
         with pytest.raises(ConfigError, match="RATCHET_DB_IDLE_IN_TRANSACTION"):
             Config.from_env({**env, "RATCHET_DB_IDLE_IN_TRANSACTION": wrong})
 
-    def settings(url: str) -> tuple[str, str]:
-        database = Database(url, idle_in_transaction=2.5)
+    def settings(url: str, limit: float = 2.5) -> tuple[str, ...]:
+        database = Database(url, idle_in_transaction=limit)
         try:
             with database.engine.connect() as connection:
                 row = connection.execute(
                     text(
                         "SELECT current_setting('idle_in_transaction_session_timeout'),"
-                        " current_setting('application_name')"
+                        " current_setting('application_name'),"
+                        " current_setting('statement_timeout')"
                     )
                 ).one()
         finally:
             database.dispose()
-        return row[0], row[1]
+        return tuple(row)
 
-    assert settings(pg_url) == ("2500ms", "ratchet")
+    assert settings(pg_url) == ("2500ms", "ratchet", "0")
     own = f"{pg_url}?application_name=other&options=-cidle_in_transaction_session_timeout%3D7s"
-    assert settings(own) == ("7s", "other")
+    assert settings(own) == ("7s", "other", "0")
+    # libpq's PGOPTIONS is kept (an explicit `options` would otherwise replace it).
+    monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=5s")
+    assert settings(pg_url) == ("2500ms", "ratchet", "5s")
+    # 0: no option sent at all (a pooler that refuses them), and the sweeper ends nothing.
+    monkeypatch.delenv("PGOPTIONS")
+    assert settings(pg_url, limit=0) == ("0", "ratchet", "0")
