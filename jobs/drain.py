@@ -266,12 +266,17 @@ class Drain:
             # them (or the next ring), then look again.
             self._collect(watch=self.lane == "reply")
             return _Step()
-        # No more than the free call threads, in every step: a claim queued behind other
-        # calls (this step's or an earlier one's still in flight) could outwait its
-        # lease's latest start and stand down unsent, an attempt counted as unknown.
-        free = self._threads - len(self._in_flight)
-        self._capped = want > free
-        want = min(want, free)
+        if self._in_flight:
+            # No more than the free call threads while calls are in flight (a reply drain
+            # looking again): a reply claimed now must not queue behind a slow call.
+            free = self._threads - len(self._in_flight)
+            self._capped = want > free
+            want = min(want, free)
+        else:
+            # A batch larger than the threads queues its last calls behind its first: one
+            # that would start past its lease's latest start stands down and gives its
+            # message back unsent, due again at once (`stand_down`).
+            self._capped = False
         # 2. Pacing slots, on Redis's clock. Waiting for one is never an attempt.
         grant = self.pacer.take(self.identity_id, self.lane, want, rates, other)
         if grant.slots == 0:

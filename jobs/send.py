@@ -55,6 +55,7 @@ from app.repo.sending import (
     record_held,
     record_late_acceptance,
     record_retry,
+    release_unsent,
     start_attempt,
     take_verdict,
 )
@@ -330,7 +331,9 @@ def _call_and_record(
     #    the first byte on the wire: a few lines of Python, with no I/O of ours between
     #    them. Closing it needs the provider's help (an idempotency key it honours).
     if not fits_in_lease(config, prepared.claimed_mono, monotonic()):
-        return stand_down(db, claim, config, monotonic() - prepared.claimed_mono, clock()), None
+        now = clock()
+        outcome, released = stand_down(db, claim, config, monotonic() - prepared.claimed_mono, now)
+        return outcome, (prepared.lane, now) if released else None
     started = time.monotonic()
     try:
         result = prepared.provider.send(
@@ -414,10 +417,13 @@ def fits_in_lease(config: Config, claimed_mono: float, now_mono: float) -> bool:
     return now_mono - claimed_mono <= latest_start
 
 
-def stand_down(db: Database, claim: Claim, config: Config, held_for: float, now: datetime) -> str:
-    """No call: the lease lapsed before it. Only an event is written; the message is
-    re-claimed as usual once the lease has expired (the claim counts this attempt unknown,
-    which is safe: no request left this process)."""
+def stand_down(
+    db: Database, claim: Claim, config: Config, held_for: float, now: datetime
+) -> tuple[str, bool]:
+    """No call: too late for one to end inside the lease (a worker paused since its claim,
+    or a call queued behind others). No request left this process, so the message is given
+    back, due again at once, the attempt counted against no cap (`release_unsent`), unless
+    the lease was re-claimed meanwhile: then the re-claim counts it unknown, which is safe."""
     log.warning(
         "message %s attempt %s: lease lapsed before the call (claimed %.1f s ago, lease "
         "%.1f s, deadline %.1f s); standing down without sending",
@@ -428,6 +434,7 @@ def stand_down(db: Database, claim: Claim, config: Config, held_for: float, now:
         config.provider_timeout,
     )
     with db.transaction() as session:
+        released = release_unsent(session, claim, now)
         note_worker_event(
             session,
             claim.message_id,
@@ -439,9 +446,12 @@ def stand_down(db: Database, claim: Claim, config: Config, held_for: float, now:
                 "why": "lease lapsed before the call",
                 "held_for_seconds": round(held_for, 3),
                 "lease_seconds": config.lease_seconds,
+                "released": released,
             },
         )
-    return "stood down: lease lapsed before the call"
+    if released:
+        return "stood down: lease lapsed before the call; due again", True
+    return "stood down: lease lapsed before the call", False
 
 
 def record_outcome(

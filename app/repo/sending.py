@@ -132,6 +132,27 @@ def finish_attempt(
     )
 
 
+def release_unsent(session: Session, claim: Claim, now: datetime) -> bool:
+    """An attempt that made no call gives its message back: due again now, its lease
+    cleared, the attempt counted against no cap (no request left, so no outcome to wait
+    for), and its attempt row finished `stood_down`. Fenced on the attempt and cycle, and
+    on `sending`: a worker whose lease was re-claimed meanwhile (or whose message an
+    earlier attempt's webhook moved on) changes nothing. False: it was not ours to give."""
+    finish_attempt(session, claim, now, "stood_down")
+    changed = rows_changed(
+        session,
+        update(Message)
+        .where(
+            Message.id == claim.message_id,
+            Message.cycle == claim.cycle,
+            Message.attempt == claim.attempt,
+            Message.status == Status.SENDING.value,
+        )
+        .values(next_attempt_at=now, lease_until=None),
+    )
+    return changed == 1
+
+
 def mark_lost_attempt(session: Session, claim: Claim, now: datetime) -> None:
     """The attempt before a lease-expired re-claim never reported: its outcome is unknown."""
     session.execute(
