@@ -273,10 +273,12 @@ class Drain:
             self._capped = want > free
             want = min(want, free)
         else:
-            # A batch larger than the threads queues its last calls behind its first: one
-            # that would start past its lease's latest start stands down and gives its
-            # message back unsent, due again at once (`stand_down`).
+            # Up to twice the threads: the second half queues behind the first, halving
+            # the claim's cost per message. A queued call that could start only past its
+            # lease's latest start (a slow provider) stands down and gives its message
+            # back unsent, due again at once (`stand_down`); the cap bounds that waste.
             self._capped = False
+            want = min(want, 2 * self._threads)
         # 2. Pacing slots, on Redis's clock. Waiting for one is never an attempt.
         grant = self.pacer.take(self.identity_id, self.lane, want, rates, other)
         if grant.slots == 0:

@@ -138,16 +138,21 @@ def release_unsent(session: Session, claim: Claim, now: datetime) -> bool:
     for), and its attempt row finished `stood_down`. Fenced on the attempt and cycle, and
     on `sending`: a worker whose lease was re-claimed meanwhile (or whose message an
     earlier attempt's webhook moved on) changes nothing. False: it was not ours to give."""
-    finish_attempt(session, claim, now, "stood_down")
+    # Unless a re-claim already marked it unknown (`mark_lost_attempt`): that stays.
+    session.execute(
+        update(Attempt)
+        .where(
+            Attempt.message_id == claim.message_id,
+            Attempt.cycle == claim.cycle,
+            Attempt.number == claim.attempt,
+            Attempt.outcome.is_(None),
+        )
+        .values(finished_at=now, outcome="stood_down")
+    )
     changed = rows_changed(
         session,
         update(Message)
-        .where(
-            Message.id == claim.message_id,
-            Message.cycle == claim.cycle,
-            Message.attempt == claim.attempt,
-            Message.status == Status.SENDING.value,
-        )
+        .where(*fenced(claim), keyed(Message.status == Status.SENDING.value))
         .values(next_attempt_at=now, lease_until=None),
     )
     return changed == 1

@@ -25,7 +25,7 @@ from app.repo.claims import Claim, claim_message
 from app.repo.inbox import claim_status, load_status, parked_status_ids
 from app.repo.matching import record_provider_id
 from app.repo.messages import _fill_timestamp
-from app.repo.sending import accept_at_once, record_late_acceptance
+from app.repo.sending import accept_at_once, record_late_acceptance, release_unsent
 
 from ..conftest import T0
 from ..factories import make_world
@@ -148,7 +148,7 @@ def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(
                 .where(Message.status == "sending")
                 .order_by(Message.id)
                 .offset(BURST // 2)
-                .limit(4)
+                .limit(5)
             )
         )
         session.execute(
@@ -186,6 +186,8 @@ def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(
         record_late_acceptance(session, claim(sending[1]), "wamid.late", T0)
         record_provider_id(session, sending[2], 1, "wamid.adopted")
         assert claim_message(session, sending[3], T0, timedelta(seconds=30)) is not None
+        # A stood-down attempt giving its message back.
+        assert release_unsent(session, claim(sending[4]), T0)
 
     assert len(plans) >= 11, [statement for statement, _ in plans]
     for statement, plan in plans:
