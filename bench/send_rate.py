@@ -151,7 +151,12 @@ def commits(db: Any) -> int:
 
 
 def ratchet(
-    processes: Processes, sandbox: Sandbox, app: Any, messages: int, workers: int
+    processes: Processes,
+    sandbox: Sandbox,
+    app: Any,
+    messages: int,
+    workers: int,
+    answer_delay_ms: int = 0,
 ) -> dict[str, Any]:
     from app.db import get_db
     from jobs.drain import ring_identity
@@ -159,6 +164,9 @@ def ratchet(
     db = get_db()
     config = app.config["RATCHET"]
     numbers = [create_identity(db, sandbox, n, **RATES) for n in range(IDENTITIES)]
+    for number in numbers:  # a provider's own time to answer, as the network adds it
+        path = f"/numbers/{number['phone_number_id']}"
+        sandbox.call("PATCH", path, json={"answer_delay_ms": answer_delay_ms})
     ids: list[int] = []
     per = [messages // IDENTITIES + (1 if n < messages % IDENTITIES else 0) for n in range(4)]
     for number, count in zip(numbers, per, strict=True):
@@ -390,6 +398,13 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=5000, help="baseline no-op jobs (default 5000)")
     parser.add_argument("--workers", type=int, default=2, help="processes on each side (2)")
     parser.add_argument(
+        "--answer-delay-ms",
+        type=int,
+        default=0,
+        help="the sandbox answers each of Ratchet's sends this late (a real provider's "
+        "latency; default 0: only CPU is measured)",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="also cProfile the in-process drain (step 4)"
     )
     args = parser.parse_args()
@@ -422,8 +437,15 @@ def main() -> int:
                 f"\n[2] Ratchet: {args.messages} messages over {IDENTITIES} identities, "
                 f"{args.workers} x `flask --app wsgi worker --lane campaign`, sandbox with no "
                 "webhooks and no rate limit, pacing 5000/5000/10000 per s"
+                + (
+                    f", each send answered {args.answer_delay_ms} ms late"
+                    if args.answer_delay_ms
+                    else ""
+                )
             )
-            run = ratchet(processes, sandbox, app, args.messages, args.workers)
+            run = ratchet(
+                processes, sandbox, app, args.messages, args.workers, args.answer_delay_ms
+            )
             print(
                 f"  {run['rate']:8.1f} msgs/s   wall {run['wall']:.2f} s from starting the "
                 "workers to every message `sent` (DB polled every 0.1 s)"
