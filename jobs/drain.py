@@ -266,19 +266,17 @@ class Drain:
             # them (or the next ring), then look again.
             self._collect(watch=self.lane == "reply")
             return _Step()
-        if self._in_flight:
-            # No more than the free call threads while calls are in flight (a reply drain
-            # looking again): a reply claimed now must not queue behind a slow call.
-            free = self._threads - len(self._in_flight)
-            self._capped = want > free
-            want = min(want, free)
-        else:
-            # Up to twice the threads: the second half queues behind the first, halving
-            # the claim's cost per message. A queued call that could start only past its
-            # lease's latest start (a slow provider) stands down and gives its message
-            # back unsent, due again at once (`stand_down`); the cap bounds that waste.
-            self._capped = False
-            want = min(want, 2 * self._threads)
+        # With calls in flight (a reply drain looking again), no more than the free call
+        # threads: a reply claimed now must not queue behind a slow call. Otherwise up to
+        # twice the threads: the second half queues behind the first, halving the claim's
+        # cost per message; a queued call that could start only past its lease's latest
+        # start (a slow provider) stands down and gives its message back unsent, due again
+        # at once (`stand_down`), and the cap bounds that waste.
+        cap = self._threads - len(self._in_flight) if self._in_flight else 2 * self._threads
+        # More due than this step takes: a reply drain looks again as soon as a thread is
+        # free, instead of waiting for every call (`_collect`).
+        self._capped = want > cap or want >= self.config.drain_batch
+        want = min(want, cap)
         # 2. Pacing slots, on Redis's clock. Waiting for one is never an attempt.
         grant = self.pacer.take(self.identity_id, self.lane, want, rates, other)
         if grant.slots == 0:
