@@ -54,9 +54,8 @@ from app.providers.base import FailureClass, SendResult
 from app.repo.claims import (
     CLAIM_ORDER,
     claim_batch,
+    claimable,
     earliest_due,
-    is_due,
-    is_waiting,
     lane_paused,
     plan_without_sorts,
 )
@@ -486,13 +485,7 @@ def count_due(
 ) -> int:
     """How many messages of this identity and lane may be claimed now, up to one batch:
     none to a `blocked` recipient, one to each `paced` one (as `claim_batch` takes them)."""
-    due = (
-        Message.identity_id == identity_id,
-        Message.lane == lane,
-        is_waiting(),
-        is_due(now),
-        Message.pending_verdict.is_(None),
-    )
+    due = claimable(identity_id, lane, now)
     query = select(Message.id).where(*due)
     skip = [*blocked, *paced]
     if skip:

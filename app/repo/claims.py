@@ -55,6 +55,18 @@ def is_due(now: datetime) -> Any:
     )
 
 
+def claimable(identity_id: int, lane: str, now: datetime) -> tuple[Any, ...]:
+    """A message of this identity and lane a drain may claim now: due and owing no verdict
+    (`take_verdict` records those). The identity's pause is read apart, under a lock."""
+    return (
+        Message.identity_id == identity_id,
+        Message.lane == lane,
+        is_waiting(),
+        is_due(now),
+        Message.pending_verdict.is_(None),
+    )
+
+
 CAMPAIGN = "campaign"
 
 # A drain's order, oldest first, written `id + 0`: the order only `ix_messages_waiting`
@@ -223,13 +235,7 @@ def claim_batch(
     if state is None or lane_paused(state, lane):
         return []
     plan_without_sorts(session)
-    due = (
-        Message.identity_id == identity_id,
-        Message.lane == lane,
-        is_waiting(),
-        is_due(now),
-        Message.pending_verdict.is_(None),
-    )
+    due = claimable(identity_id, lane, now)
     columns = (
         Message.id,
         Message.status,
