@@ -263,6 +263,7 @@ class Drain:
         if want == 0:
             # Rung for nothing new while an earlier step's calls are in flight: wait for
             # them (or the next ring), then look again.
+            self._capped = False
             self._collect(watch=self.lane == "reply")
             return _Step()
         # With calls in flight (a reply drain looking again), no more than the free call
@@ -345,6 +346,9 @@ class Drain:
                     ):
                         log.info("%s", prepared[0], extra={"outcome": "no call"})
             insert_attempts(session, attempt_rows)
+            # Fewer claimed than granted (another drain holds the rest, or they are a
+            # paced recipient's): nothing more to take as a thread frees, only on a ring.
+            self._capped = self._capped and len(claims) == grant.slots
             if pairs.paced:
                 # Before the claim commits: without Redis it rolls back, nothing stranded.
                 paced = set(pairs.paced)
