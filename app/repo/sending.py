@@ -113,14 +113,20 @@ def finish_attempt(
     provider_message_id: str | None = None,
     error: dict[str, Any] | None = None,
     response_body: str | None = None,
+    unmarked_only: bool = False,
 ) -> None:
+    """The claim's attempt row finished with its outcome; `unmarked_only`: unless it has
+    one already (a re-claim's `mark_lost_attempt`)."""
+    row = [
+        Attempt.message_id == claim.message_id,
+        Attempt.cycle == claim.cycle,
+        Attempt.number == claim.attempt,
+    ]
+    if unmarked_only:
+        row.append(Attempt.outcome.is_(None))
     session.execute(
         update(Attempt)
-        .where(
-            Attempt.message_id == claim.message_id,
-            Attempt.cycle == claim.cycle,
-            Attempt.number == claim.attempt,
-        )
+        .where(*row)
         .values(
             finished_at=now,
             outcome=outcome,
@@ -139,16 +145,7 @@ def release_unsent(session: Session, claim: Claim, now: datetime) -> bool:
     on `sending`: a worker whose lease was re-claimed meanwhile (or whose message an
     earlier attempt's webhook moved on) changes nothing. False: it was not ours to give."""
     # Unless a re-claim already marked it unknown (`mark_lost_attempt`): that stays.
-    session.execute(
-        update(Attempt)
-        .where(
-            Attempt.message_id == claim.message_id,
-            Attempt.cycle == claim.cycle,
-            Attempt.number == claim.attempt,
-            Attempt.outcome.is_(None),
-        )
-        .values(finished_at=now, outcome="stood_down")
-    )
+    finish_attempt(session, claim, now, "stood_down", unmarked_only=True)
     changed = rows_changed(
         session,
         update(Message)

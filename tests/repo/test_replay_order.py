@@ -7,13 +7,13 @@ is the `sent` answering an unknown outcome, so it must beat the retry: promise 1
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from flask import Flask
 
 from app.db import Database
-from app.reconcile import apply_recorded, record_delivery
+from app.reconcile import Recorded, apply_recorded, record_delivery
 from app.repo.claims import claim_message
 from app.repo.inbox import IncomingStatus, pending_status_ids
 from app.repo.messages import correlation_id_for
@@ -21,10 +21,36 @@ from app.repo.sending import record_retry, start_attempt
 from jobs.sweep import sweep_once
 
 from ..conftest import T0
-from ..factories import make_message, make_world
+from ..factories import World, make_message, make_world
 
 LEASE = timedelta(seconds=25)
 WINDOW = timedelta(minutes=10)
+
+
+def record_foreign(db: Database, world: World, wamids: list[str], now: datetime) -> Recorded:
+    """A committed delivery of `delivered` statuses for messages another sender on this
+    number sent (the Business app, another system): no message of ours has those ids."""
+    statuses = [
+        IncomingStatus(
+            identity_id=world.identity_id,
+            provider="whatsapp",
+            provider_message_id=wamid,
+            status="delivered",
+            provider_time=now,
+            routing_id="1000001",
+        )
+        for wamid in wamids
+    ]
+    with db.transaction() as session:
+        return record_delivery(
+            session,
+            provider="whatsapp",
+            identity_id=world.identity_id,
+            headers={},
+            body="{}",
+            now=now,
+            statuses=statuses,
+        )
 
 
 @pytest.mark.parametrize("parked", [10, 500])  # 10: the control, which passes
@@ -36,27 +62,7 @@ def test_a_status_left_unapplied_is_replayed_even_with_many_parked_ones_older(
 
     # The last minutes: 500 statuses of messages the Business app sent from this number.
     now = T0
-    foreign = [
-        IncomingStatus(
-            identity_id=world.identity_id,
-            provider="whatsapp",
-            provider_message_id=f"wamid.APP{i:05d}",
-            status="delivered",
-            provider_time=now,
-            routing_id="1000001",
-        )
-        for i in range(parked)
-    ]
-    with db.transaction() as session:
-        recorded = record_delivery(
-            session,
-            provider="whatsapp",
-            identity_id=world.identity_id,
-            headers={},
-            body="{}",
-            now=now,
-            statuses=foreign,
-        )
+    recorded = record_foreign(db, world, [f"wamid.APP{i:05d}" for i in range(parked)], now)
     assert apply_recorded(db, recorded, now).get("parked") == parked
 
     # Our message: the call timed out (an unknown outcome), a retry after the grace.
@@ -121,24 +127,7 @@ def test_the_newest_parked_statuses_are_replayed_first_when_more_are_parked_than
     world = make_world(db)
 
     def park(wamid: str, at: timedelta) -> list[int]:
-        status = IncomingStatus(
-            identity_id=world.identity_id,
-            provider="whatsapp",
-            provider_message_id=wamid,
-            status="delivered",
-            provider_time=T0 + at,
-            routing_id="1000001",
-        )
-        with db.transaction() as session:
-            recorded = record_delivery(
-                session,
-                provider="whatsapp",
-                identity_id=world.identity_id,
-                headers={},
-                body="{}",
-                now=T0 + at,
-                statuses=[status],
-            )
+        recorded = record_foreign(db, world, [wamid], T0 + at)
         assert apply_recorded(db, recorded, T0 + at).get("parked") == 1
         return [status.id for status in recorded.to_apply]
 
