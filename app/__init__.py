@@ -27,6 +27,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         messages,
         overview,
         pages,
+        provider_events,
         search,
         staff_admin,
         stuck,
@@ -75,5 +76,6 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(bulk.bp)
     app.register_blueprint(audit.bp)
     app.register_blueprint(identities.bp)
+    app.register_blueprint(provider_events.bp)
     app.register_blueprint(staff_admin.bp)
     return app

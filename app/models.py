@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -36,7 +36,7 @@ NAMING = {
 }
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
-BigId = BigInteger().with_variant(Integer(), "sqlite")
+BigId: TypeEngine[int] = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -133,6 +133,9 @@ class Identity(Base):
     created_at: Mapped[datetime]
     # The stuck-queue alert's threshold for this identity, seconds (None: RATCHET_STUCK_AFTER).
     stuck_after: Mapped[float | None] = mapped_column(Float)
+    # WhatsApp: the business account (WABA) the number belongs to, which Meta's account and
+    # template webhooks name instead of the number (given, or learned from a delivery).
+    business_account_id: Mapped[str | None] = mapped_column(String(100), index=True)
 
 
 class Message(Base):
@@ -531,58 +534,9 @@ class AlertPost(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
 
 
-class BulkPlan(Base):
-    """A bulk requeue or cancel: previewed, confirmed, then carried out in chunks.
-
-    The plan's items are the ids exactly as previewed, so what it touches is what its
-    preview counted; it lives here, not in Redis, so a flush or a restart loses nothing.
-    """
-
-    __tablename__ = "bulk_plans"
-    __table_args__ = (Index("ix_bulk_plans_status", "status", "id"),)
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    kind: Mapped[str] = mapped_column(String(10))  # requeue | cancel
-    # The tenant whose messages it touches (None: platform staff across every tenant).
-    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
-    # previewed -> running -> done, or stopped (before or while running).
-    status: Mapped[str] = mapped_column(String(10))
-    filters: Mapped[dict[str, Any]]
-    reason: Mapped[str | None] = mapped_column(Text)
-    previewed_by: Mapped[str] = mapped_column(String(200))
-    created_at: Mapped[datetime]
-    confirmed_by: Mapped[str | None] = mapped_column(String(200))
-    confirmed_at: Mapped[datetime | None]
-    canceled_by: Mapped[str | None] = mapped_column(String(200))
-    canceled_at: Mapped[datetime | None]
-    finished_at: Mapped[datetime | None]
-    # Set at confirmation: how many items the plan will touch (the preview's count).
-    planned: Mapped[int] = mapped_column(Integer, default=0)
-    # Kept with each chunk, in its transaction: done + skipped always add up.
-    done: Mapped[int] = mapped_column(Integer, default=0)
-    skipped_changed: Mapped[int] = mapped_column(Integer, default=0)
-    skipped_held: Mapped[int] = mapped_column(Integer, default=0)
-    skipped_already: Mapped[int] = mapped_column(Integer, default=0)
-    skipped_claimed: Mapped[int] = mapped_column(Integer, default=0)
-
-
-class BulkPlanItem(Base):
-    """One message of a plan, as the preview saw it, and what the plan did to it."""
-
-    __tablename__ = "bulk_plan_items"
-    __table_args__ = (
-        Index("ix_bulk_plan_items_message", "message_id"),
-        Index("ix_bulk_plan_items_pending", "plan_id", "selected", "outcome"),
-    )
-
-    plan_id: Mapped[int] = mapped_column(ForeignKey("bulk_plans.id"), primary_key=True)
-    message_id: Mapped[int] = mapped_column(ForeignKey("messages.id"), primary_key=True)
-    cycle: Mapped[int] = mapped_column(Integer)
-    # The preview's breakdown: "<class>:<code>" for a requeue, "<identity>:<lane>" for a cancel.
-    group_key: Mapped[str] = mapped_column(String(60))
-    # Why the provider may hold a deliverable copy (listed apart, never selected), or None.
-    held: Mapped[str | None] = mapped_column(Text)
-    selected: Mapped[bool] = mapped_column(Boolean, default=False)
-    # None until touched: requeued, canceled, changed, held, already, claimed.
-    outcome: Mapped[str | None] = mapped_column(String(10))
-    done_at: Mapped[datetime | None]
+# Tables kept in modules of their own (this one is long enough), registered on the same
+# metadata; imported here so `app.models` still names every table.
+from app.models_bulk import BulkPlan as BulkPlan  # noqa: E402
+from app.models_bulk import BulkPlanItem as BulkPlanItem  # noqa: E402
+from app.models_meta import ProviderEvent as ProviderEvent  # noqa: E402
+from app.models_meta import TemplateHold as TemplateHold  # noqa: E402
