@@ -494,7 +494,9 @@ def adopt(session: Session, message: LockedMessage, status: StoredStatus, now: d
     if status.provider_message_id is None:
         return
     if message.provider_message_id is None:
-        record_provider_id(session, message.id, message.cycle, status.provider_message_id)
+        record_provider_id(
+            session, message.id, message.cycle, status.provider_message_id, status.provider_time
+        )
     elif message.provider_message_id != status.provider_message_id:
         record_double_send(
             session,

@@ -59,6 +59,7 @@ from app.repo.sending import (
     start_attempt,
     take_verdict,
 )
+from app.repo.watermarks import stamp_call_start
 from app.retry import Step, plan_after_failure
 from jobs.queues import ring
 
@@ -335,6 +336,7 @@ def _call_and_record(
         outcome, released = stand_down(db, claim, config, monotonic() - prepared.claimed_mono, now)
         return outcome, (prepared.lane, now) if released else None
     started = time.monotonic()
+    call_started = clock()  # what a watermark is compared with (app/repo/watermarks.py)
     try:
         result = prepared.provider.send(
             prepared.credentials, prepared.outbound, timeout=config.provider_timeout
@@ -350,6 +352,7 @@ def _call_and_record(
     #    during the call would make an accepted send an unknown outcome.
     with db.transaction(ping=True) as session:
         now = clock()
+        stamp_call_start(session, claim, prepared.provider.name, call_started)
         recorded = record_outcome(
             session,
             config,

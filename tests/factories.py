@@ -31,6 +31,7 @@ def make_world(
     token: str = "token-acme-1234567890",
     app_secret: str = "app-secret-acme",
     verify_token: str = "verify-acme",
+    business_account_id: str | None = None,
 ) -> World:
     box = SecretBox(SECRET_KEY)
     with database.transaction() as session:
@@ -45,6 +46,7 @@ def make_world(
             token=token,
             app_secret=app_secret,
             verify_token=verify_token,
+            business_account_id=business_account_id,
             now=T0,
         )
         return World(tenant.id, key, identity.id)

@@ -29,7 +29,7 @@ from app.repo.windows import is_window_open
 
 from .conftest import T0
 from .factories import World, make_world
-from .meta import PHONE_NUMBER_ID, encode, sign, status, status_body
+from .meta import BUSINESS_ACCOUNT_ID, PHONE_NUMBER_ID, encode, sign, status, status_body
 from .views.test_webhooks_whatsapp import at, sent_message
 
 SECRET = "meta-app-secret"
@@ -219,7 +219,13 @@ def test_a_single_status_delivery_costs_two_statements_and_no_begin_or_commit(
     app: Flask, committed_db: Database
 ) -> None:
     # Committed for real (not the rolled-back savepoints of `db`), so commits are commits.
-    world = make_world(committed_db, account_id=PHONE_NUMBER_ID, app_secret=SECRET)
+    # Its business account known already: a number learns it once, in one transaction.
+    world = make_world(
+        committed_db,
+        account_id=PHONE_NUMBER_ID,
+        app_secret=SECRET,
+        business_account_id=BUSINESS_ACCOUNT_ID,
+    )
     client = app.test_client()
     seen = []
     for wamid in ("wamid.COUNT1", "wamid.COUNT2"):

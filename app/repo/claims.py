@@ -149,7 +149,8 @@ def claim_message(
         "next_attempt_at": None,
         "lease_until": now + lease,
         "last_attempt_at": now,
-        "request_started_ms": int(now.timestamp() * 1000),
+        # Unknown until the call starts (`stamp_call_start`): no watermark matches it before.
+        "request_started_ms": None,
     }
     if row.status == Status.QUEUED.value:
         values["sending_at"] = now
@@ -295,7 +296,8 @@ def claim_batch(
         "next_attempt_at": None,
         "lease_until": now + lease,
         "last_attempt_at": now,
-        "request_started_ms": int(now.timestamp() * 1000),
+        # Unknown until the call starts (`stamp_call_start`): no watermark matches it before.
+        "request_started_ms": None,
         "sending_at": case((queued, now), else_=Message.sending_at),
     }
     if lost:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
@@ -117,9 +118,23 @@ def lock_message_by_attempt(
 
 
 def record_provider_id(
-    session: Session, message_id: int, cycle: int, provider_message_id: str
+    session: Session,
+    message_id: int,
+    cycle: int,
+    provider_message_id: str,
+    had_it_at: datetime | None = None,
 ) -> None:
-    """Write the provider id on the message if this cycle has none yet (never overwrite)."""
+    """Write the provider id on the message if this cycle has none yet (never overwrite).
+
+    `had_it_at`: when the provider's own clock says it had the message (the status that
+    names it). Its call's start is not known yet (the answer was lost, or is late): this
+    stands in for it, so a watermark of the provider's at or after that instant covers it;
+    the worker's record of the call replaces it with the call's real start."""
+    values: dict[str, object] = {"provider_message_id": provider_message_id}
+    if had_it_at is not None:
+        values["request_started_ms"] = func.coalesce(
+            _messages.c.request_started_ms, int(had_it_at.timestamp() * 1000)
+        )
     session.execute(
         update(_messages)
         .where(
@@ -127,5 +142,5 @@ def record_provider_id(
             _messages.c.cycle == cycle,
             still_null(_messages.c.provider_message_id),
         )
-        .values(provider_message_id=provider_message_id)
+        .values(values)
     )

@@ -4,31 +4,58 @@ A `message_deliveries` without `mids`, or a `message_reads`, says "every message
 thread sent at or before this instant was delivered / read" (Meta's clock, ms). This module
 answers only "which messages are those": the thread is the identity (the Page or Instagram
 account) and the recipient (the PSID / IGSID); a message counts when its current send
-request started at or before the watermark, give or take `TOLERANCE_MS` for the two
-clocks. `app/reconcile.py` (step 1c) turns each match into an ordinary status under that
-message's provider id, so it goes through the same store, dedupe and forward-only guard as
-any other.
+call started at or before the watermark, by our clock (`stamp_call_start`: the call's
+real start, written with its outcome, never the claim's time, which a batch queued behind
+busy call threads may precede by seconds). `app/reconcile.py` (step 1c) turns each match
+into an ordinary status under that message's provider id, so it goes through the same
+store, dedupe and forward-only guard as any other.
 
 A message whose send answer has not been recorded yet (no provider id) is not matched:
-there is no id to store the status under. Watermarks are cumulative, so the thread's next
+there is no id to store the status under. One whose provider id came from the provider
+first (an echo, while the call's answer was lost) stands until then on the provider's own
+time for it (`record_provider_id`). Watermarks are cumulative, so the thread's next
 delivery or read covers it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.lifecycle import RANK, Status
 from app.models import Message
+from app.repo.claims import Claim
 
-# Our clock stamps `request_started_ms` before the call; Meta stamps the message on arrival,
-# later. Only our clock running ahead of Meta's can put a delivered message "after" the
-# watermark: a second covers ordinary NTP skew without reaching the next message a person
-# would send.
-TOLERANCE_MS = 1000
+
+def stamp_call_start(session: Session, claim: Claim, provider: str, started: datetime) -> None:
+    """Record when this attempt's call really started (our clock, taken just before the
+    request), in the transaction that records its outcome, so the provider id and the
+    stamp become visible together. Fenced on the attempt: a taken-over one writes nothing.
+    Only for the providers whose receipts are watermarks (one statement the others skip)."""
+    if provider not in WATERMARKED:
+        return
+    session.execute(
+        update(Message)
+        .where(
+            Message.id == claim.message_id,
+            Message.cycle == claim.cycle,
+            Message.attempt == claim.attempt,
+        )
+        .values(request_started_ms=int(started.timestamp() * 1000))
+        .execution_options(synchronize_session=False)
+    )
+
+
+# Providers whose receipts are watermarks: only their sends need the call's start.
+WATERMARKED = frozenset({"messenger", "instagram"})
+
+# No tolerance. A wrong `delivered`/`read` can never be undone (statuses only move forward)
+# and hides a later `failed`; a missed one is corrected by the thread's next watermark,
+# since they are cumulative. So a message whose call started after the watermark by our
+# clock is never matched, even if Meta's clock runs behind ours.
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +70,6 @@ def messages_under_watermark(
     recipient: str,
     watermark_ms: int,
     target: Status,
-    tolerance_ms: int = TOLERANCE_MS,
 ) -> list[WatermarkMatch]:
     """The thread's messages a watermark moves to `target`: sent (their request started)
     at or before it, with a provider id, and still below `target`. Anything at or above it,
@@ -54,7 +80,7 @@ def messages_under_watermark(
         .where(
             Message.identity_id == identity_id,
             Message.recipient == recipient,
-            Message.request_started_ms <= watermark_ms + tolerance_ms,
+            Message.request_started_ms <= watermark_ms,
             Message.provider_message_id.is_not(None),
             Message.status.in_(below),
         )

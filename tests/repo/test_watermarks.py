@@ -19,7 +19,7 @@ from app.reconcile import watermark_statuses
 from app.repo.claims import claim_message
 from app.repo.inbox import store_delivery, store_statuses
 from app.repo.sending import record_accepted, start_attempt
-from app.repo.watermarks import TOLERANCE_MS
+from app.repo.watermarks import stamp_call_start
 from app.repo.webhooks import apply_webhook_status
 
 from ..conftest import T0
@@ -30,13 +30,19 @@ LEASE = timedelta(seconds=25)
 _pages = itertools.count(1)
 
 
-def sent(db: Database, world: World, recipient: str, offset_ms: int, mid: str) -> int:
+def sent(
+    db: Database, world: World, recipient: str, offset_ms: int, mid: str, queued_ms: int = 0
+) -> int:
+    """Claimed `queued_ms` before its call started at `offset_ms` (a batch waiting for call
+    threads), and accepted."""
     started = T0 + timedelta(milliseconds=offset_ms)
+    claimed_at = started - timedelta(milliseconds=queued_ms)
     message_id = make_message(db, world, recipient=recipient)
     with db.transaction() as session:
-        claim = claim_message(session, message_id, started, LEASE)
+        claim = claim_message(session, message_id, claimed_at, LEASE)
         assert claim is not None
-        start_attempt(session, claim, f"k-{mid}", started)
+        start_attempt(session, claim, f"k-{mid}", claimed_at)
+        stamp_call_start(session, claim, "messenger", started)
         record_accepted(session, claim, mid, started, unknown_attempts=0, had_unknown=False)
     return message_id
 
@@ -76,14 +82,14 @@ def test_watermarks_in_any_order_move_exactly_the_covered_messages_and_never_bac
     n = next(_pages)
     page_id = f"page-{n}"
     world = make_world(db, name=f"t{n}", provider="messenger", account_id=page_id)
-    ours = [sent(db, world, PSID, s, f"m{n}-{i}") for i, s in enumerate(starts)]
+    ours = [sent(db, world, PSID, s, f"m{n}-{i}", queued_ms=3_500) for i, s in enumerate(starts)]
     theirs = sent(db, world, OTHER_PSID, other_start, f"m{n}-other")
     base = int(T0.timestamp() * 1000)
     expected = {message_id: RANK[Status.SENT] for message_id in ours}
     for status, at in marks:
         apply(db, page_id, world.identity_id, status, base + at)
         for message_id, start in zip(ours, starts, strict=True):
-            if start <= at + TOLERANCE_MS:
+            if start <= at:
                 expected[message_id] = max(expected[message_id], RANK[Status(status)])
         with db.transaction() as session:
             rows = {
