@@ -40,11 +40,13 @@ RANK: dict[Status, int] = {
 }
 
 # A provider's word for a status -> ours. Words absent here (Twilio's queued, accepted,
-# sending, scheduled; WhatsApp's deleted, played, ...) are recorded and change nothing.
+# sending, scheduled; WhatsApp's deleted, ...) are recorded and change nothing. WhatsApp's
+# `played` (a voice message played, after it was read) implies delivered and read.
 PROVIDER_WORDS: dict[str, Status] = {
     "sent": Status.SENT,
     "delivered": Status.DELIVERED,
     "read": Status.READ,
+    "played": Status.READ,
     "failed": Status.FAILED,
     "undelivered": Status.FAILED,
 }

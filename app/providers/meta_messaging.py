@@ -43,6 +43,8 @@ from .parsing import (
 # last message (Messenger and Instagram alike).
 TAGS = frozenset({"HUMAN_AGENT"})
 MAX_METADATA = 1000  # the Send API's `message.metadata`, echoed back in message_echoes
+# A person's actions, other than writing, that open the window (see `_person_acted`).
+WINDOW_OPENERS = ("postback", "referral", "reaction")
 
 _TITLE_IN_MESSAGE = re.compile(r"^\(#\d+\)\s*(.+)$", re.DOTALL)
 
@@ -140,9 +142,7 @@ class MetaMessagingProvider:
             )
             return
         if not any(kind in event for kind in ("delivery", "read", "message")):
-            # Postbacks, reactions, referrals, opt-ins, policy notices: no status of ours,
-            # and some (a checkbox opt-in, a policy enforcement) carry no `sender` at all,
-            # so nothing of theirs is read: they must not cost their neighbours.
+            self._person_acted(batch, routing_id, event, where)
             return
         customer = _party(event, "sender", where)
         if "delivery" in event:
@@ -164,6 +164,39 @@ class MetaMessagingProvider:
                     raw=event,
                 )
             )
+
+    def _person_acted(
+        self, batch: WebhookBatch, routing_id: str, event: dict[str, Any], where: str
+    ) -> None:
+        """A tapped button (`postback`), an m.me / ig.me link or an ad into an existing
+        thread (`referral`), or a reaction to a message (`reaction`) is the person writing
+        in, as far as the window goes: Meta's policy lists "clicks a call-to-action button",
+        "clicks an m.me / ig.me link ... to enter an existing conversation" and "reacts to a
+        message" among the user actions that open the standard messaging window
+        (developers.facebook.com/documentation/business-messaging/messenger-platform/policy/,
+        "User actions that open the standard messaging window"; Messenger and Instagram).
+        Opt-ins, policy notices and the rest open nothing; some carry no `sender` at all
+        (a checkbox opt-in, a chat plugin's `user_ref`), so nothing else of them is read:
+        they must not cost their neighbours."""
+        kind = next((kind for kind in WINDOW_OPENERS if isinstance(event.get(kind), dict)), None)
+        sender = event.get("sender")
+        customer = sender.get("id") if isinstance(sender, dict) else None
+        if kind is None or not isinstance(customer, str) or not customer:
+            return
+        try:
+            provider_time = _ms_time(event.get("timestamp"), f"{where}.timestamp")
+        except WebhookFormatError:
+            return  # no time to count the window from: kept in the raw delivery only
+        mid = str_or_none(event[kind].get("mid")) or f"{kind}:{event.get('timestamp')}"
+        batch.inbound.append(
+            InboundMessage(
+                routing_id=routing_id,
+                sender=customer,
+                provider_message_id=mid,
+                provider_time=provider_time,
+                raw=event,
+            )
+        )
 
     def _receipt(
         self,
