@@ -63,6 +63,13 @@ WEBHOOK_STATUSES = Counter(
     ["provider", "result"],
     registry=None,
 )
+LATE_FAILURES = Counter(
+    "ratchet_late_failures",
+    "A provider's `failed` for a message it had already reported delivered or read: refused "
+    "by the guard (statuses only move forward), shown on the message's page and ticket.",
+    ["provider"],
+    registry=None,
+)
 PACING_WAITS = Counter(
     "ratchet_pacing_waits",
     "Times a drain found no pacing slot free and waited (never an attempt).",
@@ -96,6 +103,7 @@ ALL = (
     WEBHOOKS_RECEIVED,
     WEBHOOKS_REJECTED,
     WEBHOOK_STATUSES,
+    LATE_FAILURES,
     PACING_WAITS,
     PACING_WAIT_SECONDS,
     DB_PINGS,

@@ -48,6 +48,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db import Database
+from app.late_statuses import note_refusal
 from app.lifecycle import ACCEPTED_WORDS, PROVIDER_WORDS, Source, Status
 from app.providers.base import Watermark
 from app.providers.classification import rank_of
@@ -356,7 +357,7 @@ def apply_stored_status(
     if target is None:  # below `sent` (Twilio's queued, ...) or untracked: recorded only
         return record(now, Result.IGNORED, found.message.id)
     transition = apply_through_guard(session, status, found, target, now)  # 5
-    _log_late(transition, found.message.id)
+    note_refusal(transition, found.message.id, status.provider)
     return record(now, result_of(transition), found.message.id)  # 6
 
 
@@ -384,18 +385,8 @@ def apply_matched_by_provider_id(
     transition = Transition(
         done.applied, done.from_status, target, done.refusal, duplicate=done.duplicate
     )
-    _log_late(transition, done.message_id)
+    note_refusal(transition, done.message_id, status.provider)
     return result_of(transition)
-
-
-def _log_late(transition: Transition, message_id: int) -> None:
-    if transition.refusal is not None and transition.refusal.value == "late":
-        log.info(
-            "late %s for message %s (now %s): recorded, not applied",
-            transition.to_status.value,
-            message_id,
-            transition.from_status,
-        )
 
 
 # 1. Match ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from flask.typing import ResponseReturnValue
 
 from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
+from app.late_statuses import late_failures
 from app.repo.audit import audit_for_message
 from app.repo.bulkplans import plans_touching
 from app.repo.cancels import MessageNotFoundError, cancel_message
@@ -51,6 +52,7 @@ def _context(story: MessageStory, *, full: bool = False) -> dict[str, object]:
         "meaning": meaning,
         "action": action,
         "refusals": REFUSALS,
+        "late": late_failures(story.events),
         "now": now(),
     }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from app.late_statuses import late_failures
 from app.repo.timeline import MessageStory
 from app.views.pages import absolute, duration, mask_phone
 
@@ -35,6 +36,8 @@ def ticket_summary(story: MessageStory, meaning: str, now: datetime) -> str:
                 + f" (class {m.failure_class or 'unknown'})"
             )
             lines.append(f"Meaning: {meaning}")
+    for late in late_failures(story.events):
+        lines.append(f"Later: {late.sentence} ({absolute(late.at)})")
     total = len(story.attempts)
     lines.append(f"Attempts: {m.attempt} this cycle, {total} in all")
     requeues = [e for e in story.events if e.kind == "requeue" and e.applied]
