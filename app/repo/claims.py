@@ -19,6 +19,7 @@ from app.lifecycle import Source, Status
 from app.models import Identity, Message, MessageEvent
 from app.repo.events import append_event
 from app.repo.sql import keyed, rows_changed
+from app.repo.template_holds import not_template_held
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +57,16 @@ def is_due(now: datetime) -> Any:
 
 
 def claimable(identity_id: int, lane: str, now: datetime) -> tuple[Any, ...]:
-    """A message of this identity and lane a drain may claim now: due and owing no verdict
-    (`take_verdict` records those). The identity's pause is read apart, under a lock."""
+    """A message of this identity and lane a drain may claim now: due, owing no verdict
+    (`take_verdict` records those), and using no template Meta paused, disabled or
+    rejected (`app/repo/template_holds.py`). The identity's pause is read apart, under a lock."""
     return (
         Message.identity_id == identity_id,
         Message.lane == lane,
         is_waiting(),
         is_due(now),
         Message.pending_verdict.is_(None),
+        not_template_held(identity_id),
     )
 
 
@@ -173,6 +176,7 @@ def claim_message(
             keyed(is_due(now)),
             # A verdict owed is recorded by `take_verdict`, never sent again.
             Message.pending_verdict.is_(None),
+            not_template_held(),
             paused.scalar_subquery().is_(None),
             or_(Message.lane != CAMPAIGN, campaign_paused.scalar_subquery().is_(None)),
         )

@@ -29,19 +29,33 @@ def _language() -> Any:
     return Message.template["language"].as_string()
 
 
-def not_template_held() -> Any:
+def not_template_held(identity_id: int | None = None) -> Any:
     """The claim's condition: the message uses no template held on its identity's
     business account. (A message without a template, or an identity whose business account
-    is unknown, is never held; with no active hold this is one probe of an empty index.)"""
+    is unknown, is never held.) With `identity_id` (a drain's claim: one identity), its
+    business account is read once for the statement, and each candidate row costs one probe
+    of the active holds' index, empty almost always; without it, the message's own identity
+    is looked up (a single message's claim)."""
+    if identity_id is not None:
+        account: Any = (
+            select(Identity.business_account_id).where(Identity.id == identity_id).scalar_subquery()
+        )
+    else:
+        account = (
+            select(Identity.business_account_id)
+            .where(Identity.id == Message.identity_id)
+            .correlate_except(Identity)
+            .scalar_subquery()
+        )
     return ~exists(
         select(TemplateHold.id)
-        .join(Identity, Identity.business_account_id == TemplateHold.business_account_id)
         .where(
-            Identity.id == Message.identity_id,
+            TemplateHold.business_account_id == account,
             TemplateHold.released_at.is_(None),
             TemplateHold.template_name == _name(),
             TemplateHold.template_language == _language(),
         )
+        .correlate_except(TemplateHold)
     )
 
 

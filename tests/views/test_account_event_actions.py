@@ -1,0 +1,201 @@
+"""What Ratchet does with Meta's account and template events, end to end through the signed
+webhook: a paused, disabled or rejected template holds the waiting messages that use it
+(rejected ends the queued ones failed), approved releases them; a restricted or disabled
+account pauses its identities with Meta's words; quality changes reach the identities page."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import select
+
+from app.db import Database
+from app.models import Identity, Message, MessageEvent, ProviderEvent
+from app.repo.claims import claim_batch, claim_message
+from app.repo.identity_page import identity_rows
+from app.repo.messages import NewMessage, create_message
+
+from ..conftest import T0
+from ..factories import World, make_message, make_world
+from ..meta import BUSINESS_ACCOUNT_ID, PHONE_NUMBER_ID, account_body, encode
+from .test_webhooks_whatsapp import SECRET, deliver
+
+LEASE = timedelta(seconds=25)
+NOW = T0 + timedelta(minutes=5)
+TEMPLATE = {"name": "order_update", "language": "en_US"}
+
+
+@pytest.fixture
+def world(db: Database) -> World:
+    return make_world(
+        db, account_id=PHONE_NUMBER_ID, app_secret=SECRET, business_account_id=BUSINESS_ACCOUNT_ID
+    )
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def templated(db: Database, world: World, template: dict[str, str] = TEMPLATE) -> int:
+    with db.transaction() as session:
+        message, _ = create_message(
+            session,
+            NewMessage(
+                tenant_id=world.tenant_id,
+                identity_id=world.identity_id,
+                recipient="15551234567",
+                lane="campaign",
+                fingerprint="f" * 64,
+                template=dict(template),
+            ),
+            T0,
+        )
+        return message.id
+
+
+class _Undo(Exception):
+    pass
+
+
+def claimable_ids(db: Database, world: World) -> list[int]:
+    """What a drain's claim takes now (rolled back: nothing is really claimed)."""
+    found: list[int] = []
+    try:
+        with db.transaction() as session:
+            claims = claim_batch(session, world.identity_id, "campaign", 50, NOW, LEASE)
+            found = sorted(claim.message_id for claim in claims)
+            raise _Undo
+    except _Undo:
+        pass
+    return found
+
+
+def kinds(db: Database, message_id: int) -> list[str]:
+    with db.transaction() as session:
+        return list(
+            session.scalars(
+                select(MessageEvent.kind)
+                .where(MessageEvent.message_id == message_id)
+                .order_by(MessageEvent.id)
+            )
+        )
+
+
+def row(db: Database, message_id: int) -> Message:
+    with db.transaction() as session:
+        found = session.get(Message, message_id, populate_existing=True)
+        assert found is not None
+        return found
+
+
+def send_event(client: FlaskClient, name: str, **value: object) -> dict[str, object]:
+    response = deliver(client, encode(account_body(name, **value)))
+    assert response.status_code == 200, response.get_json()
+    answer: dict[str, object] = response.get_json()
+    return answer
+
+
+def test_a_paused_template_holds_its_waiting_messages_and_approved_releases_them(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    held = [templated(db, world), templated(db, world)]
+    other_language = templated(db, world, {"name": "order_update", "language": "es"})
+    text = make_message(db, world)
+    assert claimable_ids(db, world) == sorted([*held, other_language, text])
+
+    answer = send_event(client, "template_status_paused")
+    assert answer["actions"] == [
+        "template order_update (en_US) paused: 2 waiting messages held until Meta approves it again"
+    ]
+    assert claimable_ids(db, world) == sorted([other_language, text])
+    try:  # a single message's claim is held too
+        with db.transaction() as session:
+            assert claim_message(session, held[0], NOW, LEASE) is None
+            assert claim_message(session, text, NOW, LEASE) is not None
+            raise _Undo
+    except _Undo:
+        pass
+    assert kinds(db, held[0])[-1] == "template_held"
+    assert "template_held" not in kinds(db, text)
+
+    answer = send_event(client, "template_status_approved")
+    assert answer["actions"] == [
+        "template order_update (en_US) approved: 2 waiting messages due again"
+    ]
+    assert claimable_ids(db, world) == sorted([*held, other_language, text])
+    assert kinds(db, held[1])[-1] == "template_released"
+
+
+def test_a_rejected_template_fails_its_queued_messages_with_metas_reason(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    queued = templated(db, world)
+    answer = send_event(client, "template_status_rejected")
+    assert answer["actions"] == [
+        "template order_update (en_US) rejected (INVALID_FORMAT): 1 queued messages failed, "
+        "0 others held"
+    ]
+    failed = row(db, queued)
+    assert (failed.status, failed.failure_class) == ("failed", "needs_human")
+    assert failed.last_error is not None
+    assert failed.last_error["message"] == "INVALID_FORMAT"
+    assert failed.last_error["title"] == "Meta rejected template order_update (en_US)"
+    # A message queued after the rejection waits (held), never sent into a 132001.
+    later = templated(db, world)
+    assert later not in claimable_ids(db, world)
+
+
+def test_a_restricted_account_pauses_its_identities_with_metas_words(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    answer = send_event(client, "account_restriction")
+    assert answer["actions"] == [
+        "Meta restricted the account: RESTRICTED_BIZ_INITIATED_MESSAGING: "
+        f"identities {world.identity_id} paused"
+    ]
+    with db.transaction() as session:
+        identity = session.get(Identity, world.identity_id, populate_existing=True)
+        assert identity is not None and identity.paused_at is not None
+        assert identity.paused_by == "meta"
+        assert identity.paused_reason == (
+            "Meta restricted the account: RESTRICTED_BIZ_INITIATED_MESSAGING"
+        )
+        (event,) = session.scalars(select(ProviderEvent)).all()
+        assert event.action == answer["actions"][0]  # type: ignore[index]
+
+
+def test_a_disabled_account_pauses_and_a_reinstatement_leaves_the_resume_to_the_operator(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    answer = send_event(client, "account_disabled")
+    assert "Meta disabled the account: DISABLE on December 4, 2026" in answer["actions"][0]  # type: ignore[index]
+    answer = send_event(
+        client,
+        "account_disabled",
+        ban_info={"waba_ban_state": "REINSTATE", "waba_ban_date": "December 5, 2026"},
+    )
+    assert answer["actions"] == ["kept; nothing for Ratchet to do"]
+    with db.transaction() as session:
+        identity = session.get(Identity, world.identity_id, populate_existing=True)
+        assert identity is not None and identity.paused_at is not None  # still paused
+
+
+def test_quality_and_limit_changes_and_held_templates_reach_the_identities_page(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    send_event(client, "phone_number_quality_update")
+    send_event(client, "template_quality_update")
+    send_event(client, "template_status_paused")
+    with db.transaction() as session:
+        (shown,) = identity_rows(session, None, NOW)
+    assert shown.news is not None and shown.news.number is not None
+    assert shown.news.number.event == "DOWNGRADE"
+    assert shown.news.number.value["current_limit"] == "TIER_250"
+    assert [(c.template, c.event) for c in shown.news.templates] == [
+        ("order_update (en_US)", "YELLOW")
+    ]
+    assert [(h.template_name, h.state) for h in shown.news.holds] == [("order_update", "PAUSED")]
