@@ -103,7 +103,8 @@ def alert_families(session: Session, now: datetime) -> Iterable[Metric]:
     firing = firing_alerts(session)
     by_kind = GaugeMetricFamily(
         "ratchet_alerts_firing",
-        "Alerts firing now, by kind (stuck, paused, delivery_drop, dwell, dead_letters).",
+        "Alerts firing now, by kind (stuck, paused, delivery_drop, dwell, dead_letters, "
+        "template_held).",
         labels=["kind"],
     )
     for kind in ALERT_KINDS:

@@ -28,13 +28,14 @@ from app.models import Identity, Message
 from app.repo.claims import is_due
 from app.repo.overview import LANES, due_since
 
-KINDS = ("stuck", "paused", "delivery_drop", "dwell", "dead_letters")
+KINDS = ("stuck", "paused", "delivery_drop", "dwell", "dead_letters", "template_held")
 KIND_TITLES = {
     "stuck": "Queue stuck",
     "paused": "Identity paused",
     "delivery_drop": "Delivered rate dropped",
     "dwell": "Sent, never delivered",
     "dead_letters": "Dead letters growing",
+    "template_held": "Template held by Meta",  # app/repo/alert_templates.py
 }
 
 
