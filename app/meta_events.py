@@ -224,4 +224,5 @@ def _pause(session: Session, identities: list[Identity], words: str, now: dateti
     ]
     if not paused:
         return f"{words}: its identities were paused already"
-    return f"{words}: identities {', '.join(map(str, paused))} paused"
+    which = "identity" if len(paused) == 1 else "identities"
+    return f"{words}: {which} {', '.join(map(str, paused))} paused"

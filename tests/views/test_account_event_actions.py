@@ -155,7 +155,7 @@ def test_a_restricted_account_pauses_its_identities_with_metas_words(
     answer = send_event(client, "account_restriction")
     assert answer["actions"] == [
         "Meta restricted the account: RESTRICTED_BIZ_INITIATED_MESSAGING: "
-        f"identities {world.identity_id} paused"
+        f"identity {world.identity_id} paused"
     ]
     with db.transaction() as session:
         identity = session.get(Identity, world.identity_id, populate_existing=True)
