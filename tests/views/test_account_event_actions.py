@@ -199,3 +199,25 @@ def test_quality_and_limit_changes_and_held_templates_reach_the_identities_page(
         ("order_update (en_US)", "YELLOW")
     ]
     assert [(h.template_name, h.state) for h in shown.news.holds] == [("order_update", "PAUSED")]
+
+
+def test_a_held_or_rejected_message_page_links_to_metas_template_events(
+    app: Flask, client: FlaskClient, db: Database, world: World
+) -> None:
+    from .dashboard_world import make_staff, sign_in, use_clock
+
+    held = templated(db, world)
+    send_event(client, "template_status_paused")
+    rejected = templated(db, world, {"name": "order_update", "language": "en_US"})
+    send_event(client, "template_status_rejected")
+    use_clock(app)
+    make_staff(db, "look@acme.test", "viewer", world.tenant_id)
+    staff = app.test_client()
+    sign_in(staff, "look@acme.test")
+    link = f"/identities/{world.identity_id}/events?kind=message_template_status_update"
+    for message_id in (held, rejected):
+        page = staff.get(f"/messages/{message_id}").get_data(as_text=True)
+        assert "paused template order_update (en_US)" in page or "rejected" in page
+        assert link in page
+    failed_page = staff.get(f"/messages/{rejected}").get_data(as_text=True)
+    assert "Meta's template events for this identity" in failed_page
