@@ -106,7 +106,7 @@ def identity_rows(session: Session, tenant_id: int | None, now: datetime) -> lis
     )
     for identity_id, lane, count in session.execute(waiting):
         rows[identity_id].waiting[lane] = int(count)
-    news = account_news(session, [r.business_account_id for r in rows.values()])
+    news = account_news(session, [r.business_account_id for r in rows.values()], now)
     for row in rows.values():
         row.news = news.get(row.business_account_id or "")
     return list(rows.values())

@@ -66,6 +66,7 @@ def test_a_support_person_reads_metas_events_for_an_identity_and_filters_them(
     page.get_by_role("link", name="Identities").click()
     row = page.locator(f"#identity-{tenants.acme.identity_id}")
     expect(row).to_contain_text("number quality DOWNGRADE, limit TIER_250 (was TIER_1K)")
+    expect(row).to_contain_text("campaign reach, last 24 h and waiting: 0 unique of 250")
     expect(row).to_contain_text("template order_update (en_US) paused")
     expect(row).to_contain_text("Meta restricted the account")
     screenshot(page, "31-identities-meta-news")

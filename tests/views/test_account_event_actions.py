@@ -221,3 +221,37 @@ def test_a_held_or_rejected_message_page_links_to_metas_template_events(
         assert link in page
     failed_page = staff.get(f"/messages/{rejected}").get_data(as_text=True)
     assert "Meta's template events for this identity" in failed_page
+
+
+def campaign(db: Database, world: World, recipients: range) -> None:
+    with db.transaction() as session:
+        for n in recipients:
+            create_message(
+                session,
+                NewMessage(
+                    tenant_id=world.tenant_id,
+                    identity_id=world.identity_id,
+                    recipient=f"1555{n:07d}",
+                    lane="campaign",
+                    fingerprint="f" * 64,
+                    body_text="spring sale",
+                ),
+                T0,
+            )
+
+
+def test_a_campaign_that_would_pass_the_numbers_messaging_limit_is_flagged_before_it_is_sent(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    send_event(client, "phone_number_quality_update", current_limit="TIER_50")
+    campaign(db, world, range(50))
+    make_message(db, world, recipient="15550000000", lane="campaign")  # the same person again
+    with db.transaction() as session:
+        (shown,) = identity_rows(session, None, NOW)
+    assert shown.news is not None
+    assert (shown.news.reach, shown.news.limit, shown.news.over_limit) == (50, 50, False)
+    campaign(db, world, range(50, 51))
+    with db.transaction() as session:
+        (shown,) = identity_rows(session, None, NOW)
+    assert shown.news is not None
+    assert (shown.news.reach, shown.news.over_limit) == (51, True)
