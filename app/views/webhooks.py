@@ -53,7 +53,11 @@ from app.reconcile import (
 from app.repo.identities import identities_with_verify_token
 from app.repo.inbox import IncomingStatus
 from app.repo.routing import RememberedRouting, RoutedIdentity, routed_identities
-from app.views.account_webhooks import learn_business_accounts_of, receive_account_delivery
+from app.views.account_webhooks import (
+    keep_account_changes_beside,
+    learn_business_accounts_of,
+    receive_account_delivery,
+)
 from app.views.body import BodyError, parse_json, read_body
 from app.views.errors import json_error
 from app.views.webhook_values import WINDOW_RECIPIENT, incoming_statuses, storable_statuses
@@ -199,6 +203,7 @@ def receive(
         # A number's business account, learned from the first delivery naming both.
         for routing_id in learn_business_accounts_of(db, payload, by_route):
             remembered_routing().forget(provider.name, routing_id)
+        keep_account_changes_beside(db, stored.recorded.delivery_id, payload)
     recorded, unstorable, now = stored.recorded, stored.unstorable, stored.now
     delivery_id = recorded.delivery_id
     if batch is None:

@@ -30,7 +30,7 @@ from ..meta import (
     status_body,
 )
 from .test_webhooks_unknown_numbers import UNKNOWN
-from .test_webhooks_whatsapp import SECRET, at, deliver
+from .test_webhooks_whatsapp import SECRET, at, deliver, message, sent_message
 
 # Real bodies other people wrote down (SDK fixtures, Meta's examples), each with its source:
 # the WhatsApp and Messenger entries of a shared corpus of real payloads.
@@ -206,3 +206,22 @@ def test_a_signature_is_checked_over_the_raw_bytes_of_an_account_delivery(
     response = deliver(client, tampered, signature=sign(raw, SECRET))
     assert response.status_code == 401
     assert events(db) == []
+
+
+def test_a_delivery_mixing_a_numbers_status_with_an_account_event_keeps_and_acts_on_both(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    set_account(db, world)
+    message_id = sent_message(db, world, "wamid.MIX")
+    body = status_body([status("wamid.MIX", "delivered", at(5))])
+    body["entry"][0]["id"] = BUSINESS_ACCOUNT_ID
+    body["entry"].append(account_body("account_restriction")["entry"][0])
+    response = deliver(client, encode(body))
+    assert response.status_code == 200, response.get_json()
+    assert response.get_json()["results"]["applied"] == 1
+    assert message(db, message_id).status == "delivered"
+    (event,) = events(db)
+    assert event.field == "account_update" and "paused" in (event.action or "")
+    with db.transaction() as session:
+        identity = session.get(Identity, world.identity_id, populate_existing=True)
+        assert identity is not None and identity.paused_by == "meta"
