@@ -7,7 +7,9 @@ For each delivery:
 2. The identities come from the routing ids alone, in one query; the signature is checked
    over the raw bytes with the secret of the identities that exist, and every one of them
    must share it. Otherwise 401, with one answer whether no number was known or the
-   signature did not match, so the endpoint does not tell which numbers exist.
+   signature did not match, so the endpoint does not tell which numbers exist. A WhatsApp
+   delivery naming business accounts and no number (Meta's account, template and quality
+   events) goes to `app/views/account_webhooks.py` instead.
 3. The raw delivery and its statuses are committed first, together (duplicates dropped by
    key), and inbound messages open their 24-hour windows. Statuses under numbers we do not
    know are kept verbatim and unmatched (refusing them would make Meta resend the batch for
