@@ -24,6 +24,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         errors,
         health,
         identities,
+        message_list,
         messages,
         overview,
         pages,
@@ -51,9 +52,11 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     Htmx(app)
     # The machine-facing areas authenticate by key or signature, never by cookie: no CSRF.
     auth.csrf.exempt(api.bp)
+    auth.csrf.exempt(message_list.bp)
     auth.csrf.exempt(webhooks.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(api.bp)
+    app.register_blueprint(message_list.bp)
     app.register_blueprint(webhooks.bp)
     # The support dashboard.
     app.register_blueprint(sign_in.bp)

@@ -17,12 +17,8 @@ from app.models import Message
 from app.providers import PROVIDERS
 from app.repo.cancels import cancel_message
 from app.repo.identities import get_identity
-from app.repo.messages import (
-    NewMessage,
-    create_message,
-    get_tenant_message,
-    mark_unrung,
-)
+from app.repo.listing import get_tenant_message
+from app.repo.messages import NewMessage, create_message, mark_unrung
 from app.repo.tenants import authenticate
 from app.repo.windows import is_window_open
 from app.sendrequest import (
@@ -35,7 +31,7 @@ from app.sendrequest import (
 )
 from app.views.body import BodyError, parse_json, read_body
 from app.views.errors import json_error
-from app.views.openapi import document as openapi_document
+from app.views.openapi_tenant import document as openapi_document
 from jobs.send import ring_message
 
 log = logging.getLogger(__name__)
@@ -80,6 +76,7 @@ def message_json(message: Message) -> dict[str, Any]:
         "failure_class": message.failure_class,
         "timestamps": timestamps,
         "created_at": _iso(message.created_at),
+        "content_purged_at": _iso(message.content_purged_at),
     }
 
 
