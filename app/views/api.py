@@ -31,6 +31,7 @@ from app.sendrequest import (
 )
 from app.views.body import BodyError, parse_json, read_body
 from app.views.errors import json_error
+from app.views.intake import note_accepted, refuse_past_limits
 from app.views.openapi_tenant import document as openapi_document
 from jobs.send import ring_message
 
@@ -52,7 +53,14 @@ def require_api_key() -> Response | None:
         return json_error(401, "that API key is not valid")
     g.tenant_id = tenant.id
     g.tenant_name = tenant.name
-    return None
+    return refuse_past_limits(tenant)
+
+
+@bp.after_request
+def count_accepted(response: Response) -> Response:
+    if "tenant_id" in g:
+        note_accepted(response, g.tenant_id)
+    return response
 
 
 def message_json(message: Message) -> dict[str, Any]:
