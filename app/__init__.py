@@ -31,6 +31,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         search,
         staff_admin,
         stuck,
+        tenant_settings,
         webhooks,
     )
     from app.views import auth as sign_in
@@ -79,4 +80,5 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(audit.bp)
     app.register_blueprint(identities.bp)
     app.register_blueprint(staff_admin.bp)
+    app.register_blueprint(tenant_settings.bp)
     return app
