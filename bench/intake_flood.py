@@ -12,7 +12,7 @@ Goal: <= 1.5x.
 
 With `--no-limit` A is not limited: its flood is stored (the cost the limit avoids).
 
-    .venv/bin/python bench/intake_flood.py [--rounds 8] [--seconds 8] [--flood 300] [--limit 50]
+    .venv/bin/python bench/intake_flood.py [--rounds 8] [--seconds 8] [--flood 200] [--limit 10]
 """
 
 from __future__ import annotations
@@ -154,8 +154,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=8, help="alternating rounds (8)")
     parser.add_argument("--seconds", type=float, default=8.0, help="per round (8)")
-    parser.add_argument("--flood", type=float, default=300.0, help="A's offered req/s (300)")
-    parser.add_argument("--limit", type=float, default=50.0, help="A's limit, req/s (50)")
+    parser.add_argument("--flood", type=float, default=200.0, help="A's offered req/s (200)")
+    parser.add_argument("--limit", type=float, default=10.0, help="A's limit, req/s (10)")
     parser.add_argument("--no-limit", action="store_true", help="A unlimited")
     parser.add_argument("--quiet-rate", type=float, default=10.0, help="B's req/s (10)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (2)")
