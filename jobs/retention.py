@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app.db import Database
-from app.repo.retention import cutoffs, purge_deliveries, purge_messages
+from app.repo.retention import cutoffs, identities_of, purge_deliveries, purge_messages
 
 BATCH = 200
 # Seconds of a sweep pass the purge may take (a batch at least).
@@ -40,8 +40,8 @@ def purge_content(
     deadline = timer() + budget_seconds
     messages = deliveries = 0
     with db.transaction() as session:
-        due = cutoffs(session, now)
-    for cutoff in due:
+        due = [(cutoff, identities_of(session, cutoff)) for cutoff in cutoffs(session, now)]
+    for cutoff, identities in due:
         if cutoff.tenant_id is not None:
             while True:
                 with db.transaction() as session:
@@ -49,11 +49,14 @@ def purge_content(
                 messages += done
                 if done < batch or timer() > deadline:
                     break
-        while True:
-            with db.transaction() as session:
-                done = purge_deliveries(session, cutoff, now, batch)
-            deliveries += done
-            if done < batch or timer() > deadline:
+        for identity_id in identities:
+            while True:
+                with db.transaction() as session:
+                    done = purge_deliveries(session, identity_id, cutoff.before, now, batch)
+                deliveries += done
+                if done < batch or timer() > deadline:
+                    break
+            if timer() > deadline:
                 break
         if timer() > deadline:
             break

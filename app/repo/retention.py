@@ -168,15 +168,28 @@ def _purge_events(session: Session, message_ids: Iterable[int]) -> None:
         )
 
 
-def purge_deliveries(session: Session, cutoff: Cutoff, now: datetime, batch: int) -> int:
-    """One batch of raw webhook deliveries received before the cutoff under the tenant's
-    identities (None: naming none we know), and their statuses' payloads. A delivery with
-    a status still to apply waits: the replay needs its payload (parked ones expire)."""
-    owner = (
-        WebhookDelivery.identity_id.in_(
-            select(Identity.id).where(Identity.tenant_id == cutoff.tenant_id)
+def identities_of(session: Session, cutoff: Cutoff) -> list[int | None]:
+    """Whose deliveries the cutoff covers: the tenant's identities, or (no tenant) None,
+    for deliveries that named no identity of ours."""
+    if cutoff.tenant_id is None:
+        return [None]
+    return list(
+        session.scalars(
+            select(Identity.id).where(Identity.tenant_id == cutoff.tenant_id).order_by(Identity.id)
         )
-        if cutoff.tenant_id is not None
+    )
+
+
+def purge_deliveries(
+    session: Session, identity_id: int | None, before: datetime, now: datetime, batch: int
+) -> int:
+    """One batch of an identity's raw webhook deliveries received before `before` (None:
+    those naming no identity of ours), and their statuses' payloads. One identity at a
+    time, so the index gives the oldest first without reading the rest. A delivery with a
+    status still to apply waits: the replay needs its payload (parked ones expire)."""
+    owner = (
+        WebhookDelivery.identity_id == identity_id
+        if identity_id is not None
         else WebhookDelivery.identity_id.is_(None)
     )
     pending = exists().where(
@@ -191,7 +204,7 @@ def purge_deliveries(session: Session, cutoff: Cutoff, now: datetime, batch: int
             .where(
                 owner,
                 WebhookDelivery.purged_at.is_(None),
-                WebhookDelivery.received_at < cutoff.before,
+                WebhookDelivery.received_at < before,
                 ~pending,
             )
             .order_by(WebhookDelivery.received_at)
