@@ -5,63 +5,33 @@ Migrations in `migrations/` create exactly this (a test compares them).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     String,
     Text,
     UniqueConstraint,
     column,
     text,
 )
-from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator, TypeEngine
+from sqlalchemy.orm import Mapped, mapped_column
 
-NAMING = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
+from app.dbtypes import Base as Base
+from app.dbtypes import BigId
+from app.models_operations import AlertEpisode as AlertEpisode
+from app.models_operations import AlertPost as AlertPost
+from app.models_operations import BulkPlan as BulkPlan
+from app.models_operations import BulkPlanItem as BulkPlanItem
 
-# SQLite only auto-increments an INTEGER PRIMARY KEY.
-BigId: TypeEngine[int] = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Aware UTC datetimes on every backend (SQLite stores them naive)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given; pass an aware UTC time")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
-    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+# Purged content is kept this many days unless a tenant says otherwise (docs/api.md).
+DEFAULT_RETENTION_DAYS = 30
 
 
 class Tenant(Base):
@@ -73,6 +43,12 @@ class Tenant(Base):
     api_key_prefix: Mapped[str] = mapped_column(String(32), unique=True)
     api_key_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime]
+    # Intake limits (None: none) and how long content is kept (app/views/intake.py, retention).
+    max_requests_per_second: Mapped[float | None] = mapped_column(Float)
+    max_waiting: Mapped[int | None] = mapped_column(Integer)
+    retention_days: Mapped[int] = mapped_column(
+        Integer, default=DEFAULT_RETENTION_DAYS, server_default=str(DEFAULT_RETENTION_DAYS)
+    )
 
 
 class Identity(Base):
@@ -267,6 +243,27 @@ class Message(Base):
             "recipient",
             postgresql_ops={"recipient": "text_pattern_ops"},
         ),
+        # GET /v1/messages, newest first per tenant, by status, class, identity, creation.
+        Index("ix_messages_tenant_list", "tenant_id", "id"),
+        Index("ix_messages_tenant_status", "tenant_id", "status", "id"),
+        Index(
+            "ix_messages_tenant_class",
+            "tenant_id",
+            "failure_class",
+            "id",
+            postgresql_where=text("failure_class IS NOT NULL"),
+            sqlite_where=text("failure_class IS NOT NULL"),
+        ),
+        Index("ix_messages_identity_list", "identity_id", "id"),
+        Index("ix_messages_tenant_created", "tenant_id", "created_at"),
+        # Retention's next batch: the oldest content not purged yet, per tenant.
+        Index(
+            "ix_messages_unpurged",
+            "tenant_id",
+            "created_at",
+            postgresql_where=text("content_purged_at IS NULL"),
+            sqlite_where=text("content_purged_at IS NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -312,6 +309,8 @@ class Message(Base):
     read_at: Mapped[datetime | None]
     failed_at: Mapped[datetime | None]
     created_at: Mapped[datetime]
+    # When retention emptied its body, template parameters and the provider's raw answers.
+    content_purged_at: Mapped[datetime | None]
 
 
 class Attempt(Base):
@@ -342,7 +341,11 @@ class MessageEvent(Base):
     """Append-only: every change, applied or refused, with its source and both clocks."""
 
     __tablename__ = "message_events"
-    __table_args__ = (Index("ix_message_events_message", "message_id", "id"),)
+    __table_args__ = (
+        Index("ix_message_events_message", "message_id", "id"),
+        # GET /v1/messages?updated_since: the messages with a change received since then.
+        Index("ix_message_events_received_at", "received_at"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     message_id: Mapped[int] = mapped_column(ForeignKey("messages.id"))
@@ -365,6 +368,15 @@ class WebhookDelivery(Base):
     """A provider's raw delivery, committed before anything is applied."""
 
     __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index(
+            "ix_webhook_deliveries_unpurged",
+            "identity_id",
+            "received_at",
+            postgresql_where=text("purged_at IS NULL"),
+            sqlite_where=text("purged_at IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     provider: Mapped[str] = mapped_column(String(20))
@@ -372,6 +384,8 @@ class WebhookDelivery(Base):
     headers: Mapped[dict[str, Any]]
     body: Mapped[str] = mapped_column(Text)
     received_at: Mapped[datetime]
+    # Retention emptied `headers` and `body` (and its statuses' payloads) at this time.
+    purged_at: Mapped[datetime | None]
 
 
 class WebhookStatus(Base):
@@ -393,6 +407,8 @@ class WebhookStatus(Base):
         Index("ix_webhook_statuses_provider_message_id", "provider", "provider_message_id"),
         # A message's page lists the statuses that named it.
         Index("ix_webhook_statuses_message_id", "message_id"),
+        # Retention purges a delivery's statuses with it (and checks none is still pending).
+        Index("ix_webhook_statuses_delivery_id", "delivery_id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -481,62 +497,7 @@ class SignInAttempt(Base):
     attempted_at: Mapped[datetime]
 
 
-class AlertEpisode(Base):
-    """One alert from firing to clearing, with the figures at both times.
-
-    `episode_key` is derived from what fired (kind, identity, lane, and the moment the
-    trouble began where the data says it), so an evaluator restarted mid-episode names the
-    same episode the same way. One open episode per alert (`alert_key`) at a time.
-    """
-
-    __tablename__ = "alert_episodes"
-    __table_args__ = (
-        Index(
-            "uq_alert_episodes_open",
-            "alert_key",
-            unique=True,
-            postgresql_where=text("cleared_at IS NULL"),
-            sqlite_where=text("cleared_at IS NULL"),
-        ),
-        Index("ix_alert_episodes_fired_at", "fired_at"),
-    )
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    episode_key: Mapped[str] = mapped_column(String(64), unique=True)
-    alert_key: Mapped[str] = mapped_column(String(200))
-    kind: Mapped[str] = mapped_column(String(30))
-    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
-    identity_id: Mapped[int | None] = mapped_column(ForeignKey("identities.id"))
-    lane: Mapped[str | None] = mapped_column(String(10))
-    summary: Mapped[str] = mapped_column(Text)
-    fired_at: Mapped[datetime]
-    fired_figures: Mapped[dict[str, Any]]
-    cleared_at: Mapped[datetime | None]
-    cleared_figures: Mapped[dict[str, Any] | None]
-
-
-class AlertPost(Base):
-    """The alert webhook's outbox: one row per episode and transition, posted until the
-    receiver answers 2xx, with backoff; `post_key` is the id the receiver deduplicates on."""
-
-    __tablename__ = "alert_posts"
-    __table_args__ = (Index("ix_alert_posts_due", "delivered_at", "next_attempt_at"),)
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    post_key: Mapped[str] = mapped_column(String(80), unique=True)
-    episode_id: Mapped[int] = mapped_column(ForeignKey("alert_episodes.id"))
-    transition: Mapped[str] = mapped_column(String(10))
-    payload: Mapped[dict[str, Any]]
-    created_at: Mapped[datetime]
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
-    next_attempt_at: Mapped[datetime]
-    delivered_at: Mapped[datetime | None]
-    last_error: Mapped[str | None] = mapped_column(Text)
-
-
-# Tables kept in modules of their own (this one is long enough), registered on the same
-# metadata; imported here so `app.models` still names every table.
-from app.models_bulk import BulkPlan as BulkPlan  # noqa: E402
-from app.models_bulk import BulkPlanItem as BulkPlanItem  # noqa: E402
+# Tables kept in modules of their own, registered on the same metadata; imported here so
+# `app.models` still names every table.
 from app.models_meta import ProviderEvent as ProviderEvent  # noqa: E402
 from app.models_meta import TemplateHold as TemplateHold  # noqa: E402

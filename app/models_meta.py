@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import ForeignKey, Index, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.models import Base, BigId
+from app.dbtypes import Base, BigId
 
 
 class ProviderEvent(Base):

@@ -444,6 +444,11 @@ def requeue_message(
             f"message {message_id} has an attempt still in flight until "
             f"{message.lease_until:%H:%M:%S} UTC; requeue it after that"
         )
+    if message.content_purged_at is not None:
+        raise RequeueRefusedError(
+            f"message {message_id}'s content was purged on {message.content_purged_at:%Y-%m-%d} "
+            "(retention): there is nothing to send; send it again as a new message"
+        )
     if force and not reason:
         raise RequeueRefusedError("a forced requeue needs a reason")
     held = provider_may_hold(session, message)
@@ -576,10 +581,3 @@ def reached_phone(session: Session, message_id: int) -> tuple[str, int] | None:
 def mark_unrung(session: Session, message_id: int) -> None:
     """The ring did not reach Redis: let the sweeper's next pass ring it."""
     session.execute(update(Message).where(Message.id == message_id).values(rung_at=None))
-
-
-def get_tenant_message(session: Session, tenant_id: int, message_id: int) -> Message | None:
-    """A message only its own tenant can see (another tenant's id is simply not found)."""
-    return session.scalars(
-        select(Message).where(Message.id == message_id, Message.tenant_id == tenant_id)
-    ).one_or_none()

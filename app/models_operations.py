@@ -1,14 +1,71 @@
-"""The bulk requeue and cancel plans (kept apart from `app/models.py`, on its metadata)."""
+"""The operators' tables: alert episodes and their webhook posts, bulk plans and their items.
+
+Apart from `app/models.py` (which re-exports them) to keep that module small; both share
+one declarative base, so one metadata holds the whole schema.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import Boolean, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.models import Base, BigId
+from app.dbtypes import Base, BigId
+
+
+class AlertEpisode(Base):
+    """One alert from firing to clearing, with the figures at both times.
+
+    `episode_key` is derived from what fired (kind, identity, lane, and the moment the
+    trouble began where the data says it), so an evaluator restarted mid-episode names the
+    same episode the same way. One open episode per alert (`alert_key`) at a time.
+    """
+
+    __tablename__ = "alert_episodes"
+    __table_args__ = (
+        Index(
+            "uq_alert_episodes_open",
+            "alert_key",
+            unique=True,
+            postgresql_where=text("cleared_at IS NULL"),
+            sqlite_where=text("cleared_at IS NULL"),
+        ),
+        Index("ix_alert_episodes_fired_at", "fired_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    episode_key: Mapped[str] = mapped_column(String(64), unique=True)
+    alert_key: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(30))
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
+    identity_id: Mapped[int | None] = mapped_column(ForeignKey("identities.id"))
+    lane: Mapped[str | None] = mapped_column(String(10))
+    summary: Mapped[str] = mapped_column(Text)
+    fired_at: Mapped[datetime]
+    fired_figures: Mapped[dict[str, Any]]
+    cleared_at: Mapped[datetime | None]
+    cleared_figures: Mapped[dict[str, Any] | None]
+
+
+class AlertPost(Base):
+    """The alert webhook's outbox: one row per episode and transition, posted until the
+    receiver answers 2xx, with backoff; `post_key` is the id the receiver deduplicates on."""
+
+    __tablename__ = "alert_posts"
+    __table_args__ = (Index("ix_alert_posts_due", "delivered_at", "next_attempt_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    post_key: Mapped[str] = mapped_column(String(80), unique=True)
+    episode_id: Mapped[int] = mapped_column(ForeignKey("alert_episodes.id"))
+    transition: Mapped[str] = mapped_column(String(10))
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime]
+    delivered_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
 
 
 class BulkPlan(Base):
