@@ -86,12 +86,14 @@ def test_every_filter_reads_about_a_page_of_rows(db: Database) -> None:
             # A page and its look-ahead row; a lane is one message in seven, so its filter
             # throws away about six for each it keeps; a recipient's are read whole, every
             # tenant's (ix_messages_recipient_prefix; a bitmap scan counts each row twice):
-            # one number's history, never the table's; the changes since a time likewise
+            # one number's history, never the table's (with room for the plan's choice of
+            # index, which varies with what earlier tests left in the statistics: 168 seen
+            # after test_claim_plan); the changes since a time likewise
             # (ix_message_events_received_at: 11 a tenant here), every tenant's.
             per_recipient = 2 * HISTORY // 100
             bound = {
                 "lane": 8 * (LIMIT + 1),
-                "recipient": 2 * per_recipient,
+                "recipient": 3 * per_recipient,
                 "updated since": 2 * 2 * 11,
             }.get(name, 2 * LIMIT + 2)
             assert read <= bound, (name, scans)
