@@ -438,6 +438,9 @@ class Staff(Base):
     created_at: Mapped[datetime]
     # A disabled login cannot sign in, and its open sessions stop at their next request.
     disabled_at: Mapped[datetime | None]
+    # Every session carries the version it was signed in under and dies when it moves:
+    # sign-out, a password reset, disabling and a role change each add one.
+    session_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class AuditEntry(Base):

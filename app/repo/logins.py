@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from app.models import SignInAttempt, Staff, Tenant
@@ -29,11 +29,12 @@ class StaffMember:
     role: str
     tenant_id: int | None
     tenant_name: str | None
+    session_version: int = 0
 
 
 def load_staff(session: Session, staff_id: int) -> StaffMember | None:
     """The staff member behind a session; None for a disabled login, so its open sessions
-    stop working at their next request."""
+    stop working at their next request (the caller also compares `session_version`)."""
     row = session.execute(
         select(Staff, Tenant.name)
         .outerjoin(Tenant, Tenant.id == Staff.tenant_id)
@@ -42,7 +43,18 @@ def load_staff(session: Session, staff_id: int) -> StaffMember | None:
     if row is None:
         return None
     staff, tenant_name = row
-    return StaffMember(staff.id, staff.email, staff.role, staff.tenant_id, tenant_name)
+    return StaffMember(
+        staff.id, staff.email, staff.role, staff.tenant_id, tenant_name, staff.session_version
+    )
+
+
+def end_sessions(session: Session, staff_id: int) -> None:
+    """Every open session of this login stops at its next request: each carries the
+    version it signed in under, and this moves it (one statement, so two calls at once
+    both count)."""
+    session.execute(
+        update(Staff).where(Staff.id == staff_id).values(session_version=Staff.session_version + 1)
+    )
 
 
 def _wait(

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.crypto import hash_password
 from app.models import Staff, Tenant
+from app.repo.logins import end_sessions
 from app.repo.staff import ROLES, create_staff, get_staff_by_email, record_audit
 
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
@@ -174,6 +175,7 @@ def change_role(session: Session, actor: Actor, staff_id: int, role: str, now: d
         return False
     before = target.role
     session.execute(update(Staff).where(Staff.id == staff_id).values(role=role))
+    end_sessions(session, staff_id)  # signed in again, they get the new role's pages
     record_audit(
         session,
         actor.email,
@@ -199,6 +201,9 @@ def set_disabled(
     session.execute(
         update(Staff).where(Staff.id == staff_id).values(disabled_at=now if disabled else None)
     )
+    if disabled:
+        # Ended for good: enabling the login again does not bring an old session back.
+        end_sessions(session, staff_id)
     record_audit(
         session,
         actor.email,
@@ -218,6 +223,7 @@ def reset_password(session: Session, actor: Actor, staff_id: int, now: datetime)
     session.execute(
         update(Staff).where(Staff.id == staff_id).values(password_hash=hash_password(password))
     )
+    end_sessions(session, staff_id)  # a session stolen with the old password ends here
     record_audit(
         session,
         actor.email,

@@ -7,12 +7,12 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, flash, g, redirect, render_template, request, session, url_for
 from flask.typing import ResponseReturnValue
-from flask_login import current_user, login_user, logout_user
+from flask_login import current_user, logout_user
 
-from app.auth import SignedInStaff
+from app.auth import staff, start_session
 from app.crypto import check_password, hash_password
 from app.db import get_db
-from app.repo.logins import load_staff, record_sign_in, sign_in_wait
+from app.repo.logins import end_sessions, load_staff, record_sign_in, sign_in_wait
 from app.repo.staff import get_staff_by_email, record_audit
 from app.views.pages import now
 
@@ -88,13 +88,17 @@ def sign_in() -> ResponseReturnValue:
         )
         return page, 401
     _clear_session()  # nothing from before sign-in survives it
-    login_user(SignedInStaff(member))
-    session.permanent = True
+    start_session(member)
     return redirect(safe_next(request.form.get("next")))
 
 
 @bp.post("/sign-out")
 def sign_out() -> ResponseReturnValue:
+    if current_user.is_authenticated:
+        # Every copy of this login's sessions ends too (a cookie copied before sign-out,
+        # another browser): the login's session version moves.
+        with get_db().transaction() as db_session:
+            end_sessions(db_session, staff().member.id)
     logout_user()
     _clear_session()
     flash("Signed out.", "info")

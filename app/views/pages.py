@@ -3,7 +3,6 @@ templates use to show times, phones and states the same way everywhere."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,8 +13,7 @@ from flask_wtf.csrf import CSRFError
 from markupsafe import Markup, escape
 from werkzeug.exceptions import HTTPException
 
-from app.auth import login_manager, staff, tenant_scope
-from app.clock import utcnow
+from app.auth import dashboard_now, login_manager, staff, tenant_scope
 from app.db import get_db
 from app.lifecycle import Status
 from app.repo.overview import list_tenants
@@ -34,8 +32,7 @@ FINAL_STATES = frozenset({Status.READ.value, Status.FAILED.value})
 
 def now() -> datetime:
     """The dashboard's clock: tests pass theirs in as `app.extensions["ratchet.clock"]`."""
-    clock: Callable[[], datetime] = current_app.extensions.get("ratchet.clock", utcnow)
-    return clock()
+    return dashboard_now()
 
 
 def stuck_after() -> timedelta:

@@ -79,7 +79,11 @@ def role(staff_id: int) -> ResponseReturnValue:
         flash(f"Role not changed: {exc}.", "refused")
         return _back()
     if changed:
-        flash(f"Staff {staff_id} is now {wanted}; it applies from their next page.", "ok")
+        flash(
+            f"Staff {staff_id} is now {wanted}; their open sessions have ended, "
+            "and it applies when they sign in again.",
+            "ok",
+        )
     else:
         flash(f"Staff {staff_id} already was {wanted}; nothing changed.", "refused")
     return _back()
