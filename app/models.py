@@ -464,21 +464,25 @@ class AuditEntry(Base):
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
 
 
-class SignInAttempt(Base):
-    """Every dashboard sign-in attempt, kept in the database so the throttle works while
-    Redis is down (counted per account and per address over a recent window)."""
+class SignInThrottle(Base):
+    """The sign-in throttle's counters, kept in the database so it works while Redis is
+    down: one row per client address (failures in a fixed window; past the limit the
+    address waits for the window's end) and one per account and address pair (failures
+    in a row; each past the free ones waits twice as long as the last). No row per account
+    alone: a stranger's guesses from elsewhere never lock a named person out.
 
-    __tablename__ = "sign_in_attempts"
-    __table_args__ = (
-        Index("ix_sign_in_attempts_email", "email", "attempted_at"),
-        Index("ix_sign_in_attempts_address", "address", "attempted_at"),
-    )
+    An attempt is counted before its password is checked, under the rows' locks, so N
+    guesses at once get at most the limit's checks."""
+
+    __tablename__ = "sign_in_throttles"
+    __table_args__ = (Index("ix_sign_in_throttles_updated_at", "updated_at"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    email: Mapped[str] = mapped_column(String(254))
-    address: Mapped[str] = mapped_column(String(64))
-    succeeded: Mapped[bool] = mapped_column(Boolean)
-    attempted_at: Mapped[datetime]
+    # "address <address>" or "pair <address> <email>".
+    key: Mapped[str] = mapped_column(String(330), unique=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    window_started_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
 
 
 class AlertEpisode(Base):

@@ -1,8 +1,13 @@
-"""Security hardening: a session version per staff login.
+"""Security hardening: a session version per staff login, and an atomic sign-in throttle.
 
 `staff.session_version`: every dashboard session carries the version its login had when it
 signed in, and stops working once the version moves (sign-out, a password reset, disabling,
 a role change).
+
+`sign_in_throttles` replaces `sign_in_attempts`: counters per client address and per
+account and address pair, locked and counted before a password is checked (the old rows
+were counted, then written, and parallel guesses all got through). The old rows held only
+the last day's attempts; the audit log keeps every sign-in.
 
 Revision ID: 0015
 Revises: 0013
@@ -20,13 +25,44 @@ branch_labels = None
 depends_on = None
 
 
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
 def upgrade() -> None:
     with op.batch_alter_table("staff", schema=None) as batch_op:
         batch_op.add_column(
             sa.Column("session_version", sa.Integer(), server_default="0", nullable=False)
         )
+    op.create_table(
+        "sign_in_throttles",
+        sa.Column("id", BigId, nullable=False),
+        sa.Column("key", sa.String(length=330), nullable=False),
+        sa.Column("failures", sa.Integer(), nullable=False),
+        sa.Column("window_started_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_sign_in_throttles")),
+        sa.UniqueConstraint("key", name=op.f("uq_sign_in_throttles_key")),
+    )
+    with op.batch_alter_table("sign_in_throttles", schema=None) as batch_op:
+        batch_op.create_index("ix_sign_in_throttles_updated_at", ["updated_at"], unique=False)
+    op.drop_table("sign_in_attempts")
 
 
 def downgrade() -> None:
+    op.create_table(
+        "sign_in_attempts",
+        sa.Column("id", BigId, nullable=False),
+        sa.Column("email", sa.String(length=254), nullable=False),
+        sa.Column("address", sa.String(length=64), nullable=False),
+        sa.Column("succeeded", sa.Boolean(), nullable=False),
+        sa.Column("attempted_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_sign_in_attempts")),
+    )
+    with op.batch_alter_table("sign_in_attempts", schema=None) as batch_op:
+        batch_op.create_index("ix_sign_in_attempts_email", ["email", "attempted_at"], unique=False)
+        batch_op.create_index(
+            "ix_sign_in_attempts_address", ["address", "attempted_at"], unique=False
+        )
+    op.drop_table("sign_in_throttles")
     with op.batch_alter_table("staff", schema=None) as batch_op:
         batch_op.drop_column("session_version")
