@@ -437,15 +437,17 @@ def document() -> dict[str, Any]:
                     "operationId": "metrics",
                     "description": (
                         "Queue gauges read from the database at scrape time, and this "
-                        "host's counters. A bearer token when RATCHET_METRICS_TOKEN is set."
+                        "host's counters. Behind the bearer token RATCHET_METRICS_TOKEN; "
+                        "closed (403) while it is not set."
                     ),
-                    "security": [{"metricsToken": []}, {}],
+                    "security": [{"metricsToken": []}],
                     "responses": {
                         "200": {
                             "description": "The exposition.",
                             "content": {"text/plain": {"schema": {"type": "string"}}},
                         },
                         "401": {"description": "The token is missing or wrong."},
+                        "403": {"description": "Closed: RATCHET_METRICS_TOKEN is not set."},
                     },
                 }
             },
@@ -460,7 +462,7 @@ def document() -> dict[str, Any]:
                 "metricsToken": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "RATCHET_METRICS_TOKEN, when it is set.",
+                    "description": "RATCHET_METRICS_TOKEN.",
                 },
             },
             "schemas": {
