@@ -32,6 +32,7 @@ from flask_wtf.csrf import CSRFProtect
 
 from app.clock import utcnow
 from app.db import get_db
+from app.inputs import parse_id
 from app.repo.logins import StaffMember, load_staff
 
 ROLE_RANK = {"viewer": 0, "operator": 1, "admin": 2}
@@ -112,8 +113,7 @@ def tenant_scope() -> int | None:
     member = staff()
     if member.tenant_id is not None:
         return member.tenant_id
-    chosen = request.args.get("tenant", "")
-    return int(chosen) if chosen.isdigit() else None
+    return parse_id(request.args.get("tenant"))
 
 
 class QuietPollSessions(SecureCookieSessionInterface):
