@@ -137,11 +137,8 @@ def test_an_address_past_twenty_failures_waits_for_the_windows_end_for_every_ema
     assert attempt(client, "ana@acme.test", PASSWORD)[0] == 302
 
 
-@pytest.mark.parametrize(
-    "email",
-    ["ana\x00@acme.test", "a" * 240 + "@acme.test", "ana@acme.test\x07", "\x00"],
-)
-def test_a_nul_or_a_long_email_is_a_plain_refusal_with_a_bounded_audit_row(
+@pytest.mark.parametrize("email", ["a" * 240 + "@acme.test", "ana@acme.test\x07"])
+def test_a_long_or_odd_email_is_a_plain_refusal_with_a_bounded_audit_row(
     app: Flask, db: Database, email: str
 ) -> None:
     use_clock(app)
@@ -155,4 +152,15 @@ def test_a_nul_or_a_long_email_is_a_plain_refusal_with_a_bounded_audit_row(
             select(AuditEntry).where(AuditEntry.action == "staff.sign_in_failed")
         )
     assert len(row.actor) <= 100 and len(row.target) <= 100
-    assert "\x00" not in row.actor + row.target
+    assert row.actor.isprintable() and row.target.isprintable()
+
+
+@pytest.mark.parametrize("email", ["ana\x00@acme.test", "\x00"])
+def test_a_nul_in_the_email_is_refused_before_sign_in_and_leaves_no_row(
+    app: Flask, db: Database, email: str
+) -> None:
+    use_clock(app)
+    make_tenants(db)
+    status, body = attempt(app.test_client(), email, PASSWORD)
+    assert status == 400 and "NUL" in body
+    assert audit_count(db, "staff.sign_in_failed") == 0
