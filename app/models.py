@@ -428,10 +428,26 @@ class ConversationWindow(Base):
 
 
 class Staff(Base):
+    """A dashboard login. An email is unique within a tenant (and among platform staff),
+    not across them: telling a tenant's admin that an address is taken would tell them
+    about another tenant's staff, and let them claim an address first. Sign-in finds the
+    login by email and password together."""
+
     __tablename__ = "staff"
+    __table_args__ = (
+        Index("uq_staff_email_tenant", "email", "tenant_id", unique=True),
+        # A NULL tenant_id (platform staff) is distinct from every other in the index above.
+        Index(
+            "uq_staff_email_platform",
+            "email",
+            unique=True,
+            postgresql_where=text("tenant_id IS NULL"),
+            sqlite_where=text("tenant_id IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    email: Mapped[str] = mapped_column(String(254), unique=True)
+    email: Mapped[str] = mapped_column(String(254))
     role: Mapped[str] = mapped_column(String(10))
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
     password_hash: Mapped[str] = mapped_column(String(255))

@@ -145,14 +145,16 @@ def create(
         raise StaffActionError(f"no tenant with id {tenant_id}")
     if password is not None and len(password) < MIN_PASSWORD:
         raise StaffActionError(f"a password needs at least {MIN_PASSWORD} characters")
-    if get_staff_by_email(session, email) is not None:
-        raise StaffActionError(f"a login for {email} already exists")
+    # Only within the tenant it is made for: whether another tenant has the address is
+    # none of this admin's business (the same email may sign in to each, by its password).
+    if get_staff_by_email(session, email, tenant_id) is not None:
+        raise StaffActionError(f"a login for {email} already exists here")
     password = password or new_password()
     try:
         with session.begin_nested():
             member = create_staff(session, email, role, password, now, tenant_id)
     except IntegrityError as exc:  # created by someone else a moment ago
-        raise StaffActionError(f"a login for {email} already exists") from exc
+        raise StaffActionError(f"a login for {email} already exists here") from exc
     record_audit(
         session,
         actor.email,

@@ -13,9 +13,10 @@ from flask_login import current_user, logout_user
 from app.auth import staff, start_session
 from app.crypto import check_password, hash_password
 from app.db import get_db
+from app.models import Staff
 from app.repo.logins import end_sessions, load_staff
 from app.repo.sign_in_throttle import reserve_attempt, settle_attempt
-from app.repo.staff import get_staff_by_email, record_audit
+from app.repo.staff import record_audit, staff_with_email
 from app.views.pages import now
 
 bp = Blueprint("auth", __name__)
@@ -46,6 +47,20 @@ def _clear_session() -> None:
     session.clear()
     # Flask-WTF caches the request's token in `g`; a cleared session needs a fresh one.
     g.pop("csrf_token", None)
+
+
+def matching_login(candidates: list[Staff], password: str) -> Staff | None:
+    """The enabled login, among those with the email, that the password opens (the oldest
+    if several). Every candidate is checked, and the decoy when there is none, so the time
+    taken does not tell which matched; a disabled login reads like a wrong password."""
+    found = None
+    pool: list[Staff | None] = [*candidates] or [None]
+    for candidate in pool:
+        hashed = candidate.password_hash if candidate is not None else _decoy_hash()
+        opens = check_password(password, hashed)
+        if opens and candidate is not None and candidate.disabled_at is None and found is None:
+            found = candidate
+    return found
 
 
 def _printable(text: str, limit: int) -> str:
@@ -86,24 +101,30 @@ def sign_in() -> ResponseReturnValue:
     # 2. Check the password (slow on purpose), then settle the count and audit.
     member = None
     with get_db().transaction() as db_session:
-        found = get_staff_by_email(db_session, email) if email else None
-        ok = check_password(password, found.password_hash if found else _decoy_hash())
-        # A disabled login reads exactly like a wrong password.
-        ok = ok and found is not None and found.disabled_at is None
+        candidates = staff_with_email(db_session, email) if email else []
+        found = matching_login(candidates, password)
+        ok = found is not None
         settle_attempt(db_session, email, address, ok)
-        # In the audit log too: a tenant's admins see their own staff's sign-ins; an
-        # unknown email belongs to no tenant (platform staff see it). What a visitor typed
-        # is kept bounded and printable.
+        # In the audit log too: a tenant's admins see their own staff's sign-ins (a failure
+        # once for each tenant with a login of that email); an unknown email belongs to no
+        # tenant (platform staff see it). What a visitor typed is kept bounded and printable.
         shown = _printable(email, AUDIT_EMAIL_LIMIT)
-        record_audit(
-            db_session,
-            shown or "(no email given)",
-            "staff.sign_in" if ok else "staff.sign_in_failed",
-            f"staff:{shown}" if shown else "staff:",
-            moment,
-            {"address": address, "via": "web"},
-            tenant_id=found.tenant_id if found is not None else None,
+        tenants = (
+            [found.tenant_id]
+            if found
+            else sorted({c.tenant_id for c in candidates}, key=lambda t: -1 if t is None else t)
+            or [None]
         )
+        for tenant_id in tenants:
+            record_audit(
+                db_session,
+                shown or "(no email given)",
+                "staff.sign_in" if ok else "staff.sign_in_failed",
+                f"staff:{shown}" if shown else "staff:",
+                moment,
+                {"address": address, "via": "web"},
+                tenant_id=tenant_id,
+            )
         if ok and found is not None:
             member = load_staff(db_session, found.id)
     if member is None:

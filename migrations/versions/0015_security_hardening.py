@@ -1,4 +1,5 @@
-"""Security hardening: a session version per staff login, and an atomic sign-in throttle.
+"""Security hardening: a session version per staff login, an atomic sign-in throttle, and
+staff emails unique per tenant.
 
 `staff.session_version`: every dashboard session carries the version its login had when it
 signed in, and stops working once the version moves (sign-out, a password reset, disabling,
@@ -8,6 +9,9 @@ a role change).
 account and address pair, locked and counted before a password is checked (the old rows
 were counted, then written, and parallel guesses all got through). The old rows held only
 the last day's attempts; the audit log keeps every sign-in.
+
+`staff.email` is unique within a tenant and among platform staff (two indexes), no longer
+across them: a tenant's admin was told when an address had a login elsewhere.
 
 Revision ID: 0015
 Revises: 0013
@@ -32,6 +36,15 @@ def upgrade() -> None:
     with op.batch_alter_table("staff", schema=None) as batch_op:
         batch_op.add_column(
             sa.Column("session_version", sa.Integer(), server_default="0", nullable=False)
+        )
+        batch_op.drop_constraint("uq_staff_email", type_="unique")
+        batch_op.create_index("uq_staff_email_tenant", ["email", "tenant_id"], unique=True)
+        batch_op.create_index(
+            "uq_staff_email_platform",
+            ["email"],
+            unique=True,
+            postgresql_where=sa.text("tenant_id IS NULL"),
+            sqlite_where=sa.text("tenant_id IS NULL"),
         )
     op.create_table(
         "sign_in_throttles",
@@ -65,4 +78,8 @@ def downgrade() -> None:
         )
     op.drop_table("sign_in_throttles")
     with op.batch_alter_table("staff", schema=None) as batch_op:
+        batch_op.drop_index("uq_staff_email_platform")
+        batch_op.drop_index("uq_staff_email_tenant")
+        # Fails if one email now has logins in several tenants: merge or rename them first.
+        batch_op.create_unique_constraint("uq_staff_email", ["email"])
         batch_op.drop_column("session_version")

@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 
 from app.auth import SESSION_ABSOLUTE_LIFETIME
 from app.db import Database
-from app.repo.staff import get_staff_by_email
+from app.repo.staff import staff_with_email
 
 from .dashboard_world import Tenants, make_staff, make_tenants, page_token, sign_in, use_clock
 
@@ -46,8 +46,7 @@ def opens(client: FlaskClient, path: str = "/") -> bool:
 
 def staff_id(db: Database, email: str) -> int:
     with db.transaction() as session:
-        found = get_staff_by_email(session, email)
-        assert found is not None
+        (found,) = staff_with_email(session, email)
         return found.id
 
 
