@@ -119,6 +119,16 @@ def mask_phone(value: str | None) -> str:
     return "…" + value[-4:] if len(value) > 4 else value
 
 
+def hide_number(text: Any, number: str | None) -> Any:
+    """`text` (a provider's verbatim answer, a raw webhook) with the recipient's number
+    masked as everywhere else; an operator reveals it on the message's page (audited)."""
+    digits = (number or "").lstrip("+")
+    if not text or len(digits) < 5:
+        return text
+    masked = mask_phone(digits)
+    return text.replace("+" + digits, masked).replace(digits, masked)
+
+
 def mask_key(value: str | None) -> str:
     """A long key or id cut to its ends, enough to compare by eye."""
     if not value:
@@ -202,6 +212,7 @@ def init_app(app: Flask) -> None:
         absolute=absolute,
         relative=relative,
         mask_phone=mask_phone,
+        hide_number=hide_number,
         mask_key=mask_key,
         state_badge=state_badge,
     )

@@ -54,7 +54,7 @@ from app.reconcile import (
 from app.repo.identities import identities_with_verify_token
 from app.repo.inbox import IncomingStatus
 from app.repo.routing import RememberedRouting, RoutedIdentity, routed_identities
-from app.views.body import BodyError, parse_json, read_body
+from app.views.body import BodyError, kept_headers, parse_json, read_body
 from app.views.errors import json_error
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ def receive(
     # Every unit of work of the request (the lookup, the raw delivery with its statuses,
     # then each status) on one pooled connection.
     db = request_db()
-    arrived = Arrival(provider, raw, dict(request.headers), routing_ids, batch)
+    arrived = Arrival(provider, raw, kept_headers(request.headers), routing_ids, batch)
     stored: Stored | NotVerified | ResponseReturnValue | None = None
     remembered = None
     if db.postgresql and arrived.one_plain_status():
