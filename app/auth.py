@@ -41,6 +41,7 @@ ROLE_RANK = {"viewer": 0, "operator": 1, "admin": 2}
 SESSION_LIFETIME = timedelta(hours=12)
 SESSION_ABSOLUTE_LIFETIME = timedelta(hours=24)
 SIGNED_IN_AT = "signed_in_at"
+CLOCK_SKEW = timedelta(minutes=5)
 SESSION_ID = re.compile(r"([0-9]{1,18}):([0-9]{1,18})")
 
 login_manager = LoginManager()
@@ -198,7 +199,9 @@ def _within_absolute_lifetime() -> bool:
     except ValueError:
         return False
     now = dashboard_now()
-    return signed_in_at <= now < signed_in_at + SESSION_ABSOLUTE_LIFETIME
+    # A little slack before: another host's clock may run a moment behind the one that
+    # signed the session in.
+    return signed_in_at - CLOCK_SKEW <= now < signed_in_at + SESSION_ABSOLUTE_LIFETIME
 
 
 def dashboard_now() -> datetime:
