@@ -24,12 +24,15 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         errors,
         health,
         identities,
+        message_list,
         messages,
         overview,
         pages,
+        provider_events,
         search,
         staff_admin,
         stuck,
+        tenant_settings,
         webhooks,
     )
     from app.views import auth as sign_in
@@ -54,9 +57,11 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     Htmx(app)
     # The machine-facing areas authenticate by key or signature, never by cookie: no CSRF.
     auth.csrf.exempt(api.bp)
+    auth.csrf.exempt(message_list.bp)
     auth.csrf.exempt(webhooks.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(api.bp)
+    app.register_blueprint(message_list.bp)
     app.register_blueprint(webhooks.bp)
     # The support dashboard.
     app.register_blueprint(sign_in.bp)
@@ -78,5 +83,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(bulk.bp)
     app.register_blueprint(audit.bp)
     app.register_blueprint(identities.bp)
+    app.register_blueprint(provider_events.bp)
     app.register_blueprint(staff_admin.bp)
+    app.register_blueprint(tenant_settings.bp)
     return app

@@ -5,63 +5,35 @@ Migrations in `migrations/` create exactly this (a test compares them).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     String,
     Text,
     UniqueConstraint,
     column,
     text,
 )
-from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.orm import Mapped, mapped_column
 
-NAMING = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
+from app.dbtypes import Base as Base
+from app.dbtypes import BigId
+from app.models_operations import AlertEpisode as AlertEpisode
+from app.models_operations import AlertPost as AlertPost
+from app.models_operations import BulkPlan as BulkPlan
+from app.models_operations import BulkPlanItem as BulkPlanItem
+from app.models_staff import SignInThrottle as SignInThrottle
+from app.models_staff import Staff as Staff
 
-# SQLite only auto-increments an INTEGER PRIMARY KEY.
-BigId = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Aware UTC datetimes on every backend (SQLite stores them naive)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given; pass an aware UTC time")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
-    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+# Purged content is kept this many days unless a tenant says otherwise (docs/api.md).
+DEFAULT_RETENTION_DAYS = 30
 
 
 class Tenant(Base):
@@ -73,6 +45,12 @@ class Tenant(Base):
     api_key_prefix: Mapped[str] = mapped_column(String(32), unique=True)
     api_key_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime]
+    # Intake limits (None: none) and how long content is kept (app/views/intake.py, retention).
+    max_requests_per_second: Mapped[float | None] = mapped_column(Float)
+    max_waiting: Mapped[int | None] = mapped_column(Integer)
+    retention_days: Mapped[int] = mapped_column(
+        Integer, default=DEFAULT_RETENTION_DAYS, server_default=str(DEFAULT_RETENTION_DAYS)
+    )
 
 
 class Identity(Base):
@@ -133,6 +111,9 @@ class Identity(Base):
     created_at: Mapped[datetime]
     # The stuck-queue alert's threshold for this identity, seconds (None: RATCHET_STUCK_AFTER).
     stuck_after: Mapped[float | None] = mapped_column(Float)
+    # WhatsApp: the business account (WABA) the number belongs to, which Meta's account and
+    # template webhooks name instead of the number (given, or learned from a delivery).
+    business_account_id: Mapped[str | None] = mapped_column(String(100), index=True)
 
 
 class Message(Base):
@@ -264,6 +245,27 @@ class Message(Base):
             "recipient",
             postgresql_ops={"recipient": "text_pattern_ops"},
         ),
+        # GET /v1/messages, newest first per tenant, by status, class, identity, creation.
+        Index("ix_messages_tenant_list", "tenant_id", "id"),
+        Index("ix_messages_tenant_status", "tenant_id", "status", "id"),
+        Index(
+            "ix_messages_tenant_class",
+            "tenant_id",
+            "failure_class",
+            "id",
+            postgresql_where=text("failure_class IS NOT NULL"),
+            sqlite_where=text("failure_class IS NOT NULL"),
+        ),
+        Index("ix_messages_identity_list", "identity_id", "id"),
+        Index("ix_messages_tenant_created", "tenant_id", "created_at"),
+        # Retention's next batch: the oldest content not purged yet, per tenant.
+        Index(
+            "ix_messages_unpurged",
+            "tenant_id",
+            "created_at",
+            postgresql_where=text("content_purged_at IS NULL"),
+            sqlite_where=text("content_purged_at IS NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -309,6 +311,8 @@ class Message(Base):
     read_at: Mapped[datetime | None]
     failed_at: Mapped[datetime | None]
     created_at: Mapped[datetime]
+    # When retention emptied its body, template parameters and the provider's raw answers.
+    content_purged_at: Mapped[datetime | None]
 
 
 class Attempt(Base):
@@ -339,7 +343,11 @@ class MessageEvent(Base):
     """Append-only: every change, applied or refused, with its source and both clocks."""
 
     __tablename__ = "message_events"
-    __table_args__ = (Index("ix_message_events_message", "message_id", "id"),)
+    __table_args__ = (
+        Index("ix_message_events_message", "message_id", "id"),
+        # GET /v1/messages?updated_since: the messages with a change received since then.
+        Index("ix_message_events_received_at", "received_at"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     message_id: Mapped[int] = mapped_column(ForeignKey("messages.id"))
@@ -362,6 +370,15 @@ class WebhookDelivery(Base):
     """A provider's raw delivery, committed before anything is applied."""
 
     __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index(
+            "ix_webhook_deliveries_unpurged",
+            "identity_id",
+            "received_at",
+            postgresql_where=text("purged_at IS NULL"),
+            sqlite_where=text("purged_at IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     provider: Mapped[str] = mapped_column(String(20))
@@ -369,6 +386,8 @@ class WebhookDelivery(Base):
     headers: Mapped[dict[str, Any]]
     body: Mapped[str] = mapped_column(Text)
     received_at: Mapped[datetime]
+    # Retention emptied `headers` and `body` (and its statuses' payloads) at this time.
+    purged_at: Mapped[datetime | None]
 
 
 class WebhookStatus(Base):
@@ -427,38 +446,6 @@ class ConversationWindow(Base):
     open_until: Mapped[datetime]
 
 
-class Staff(Base):
-    """A dashboard login. An email is unique within a tenant (and among platform staff),
-    not across them: telling a tenant's admin that an address is taken would tell them
-    about another tenant's staff, and let them claim an address first. Sign-in finds the
-    login by email and password together."""
-
-    __tablename__ = "staff"
-    __table_args__ = (
-        Index("uq_staff_email_tenant", "email", "tenant_id", unique=True),
-        # A NULL tenant_id (platform staff) is distinct from every other in the index above.
-        Index(
-            "uq_staff_email_platform",
-            "email",
-            unique=True,
-            postgresql_where=text("tenant_id IS NULL"),
-            sqlite_where=text("tenant_id IS NULL"),
-        ),
-    )
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    email: Mapped[str] = mapped_column(String(254))
-    role: Mapped[str] = mapped_column(String(10))
-    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
-    password_hash: Mapped[str] = mapped_column(String(255))
-    created_at: Mapped[datetime]
-    # A disabled login cannot sign in, and its open sessions stop at their next request.
-    disabled_at: Mapped[datetime | None]
-    # Every session carries the version it was signed in under and dies when it moves:
-    # sign-out, a password reset, disabling and a role change each add one.
-    session_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-
-
 class AuditEntry(Base):
     """Operator actions: who did what, when, and why."""
 
@@ -480,132 +467,5 @@ class AuditEntry(Base):
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
 
 
-class SignInThrottle(Base):
-    """The sign-in throttle's counters, kept in the database so it works while Redis is
-    down: one row per client address (failures in a fixed window; past the limit the
-    address waits for the window's end) and one per account and address pair (failures
-    in a row; each past the free ones waits twice as long as the last). No row per account
-    alone: a stranger's guesses from elsewhere never lock a named person out.
-
-    An attempt is counted before its password is checked, under the rows' locks, so N
-    guesses at once get at most the limit's checks."""
-
-    __tablename__ = "sign_in_throttles"
-    __table_args__ = (Index("ix_sign_in_throttles_updated_at", "updated_at"),)
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    # "address <address>" or "pair <address> <email>".
-    key: Mapped[str] = mapped_column(String(330), unique=True)
-    failures: Mapped[int] = mapped_column(Integer, default=0)
-    window_started_at: Mapped[datetime]
-    updated_at: Mapped[datetime]
-
-
-class AlertEpisode(Base):
-    """One alert from firing to clearing, with the figures at both times.
-
-    `episode_key` is derived from what fired (kind, identity, lane, and the moment the
-    trouble began where the data says it), so an evaluator restarted mid-episode names the
-    same episode the same way. One open episode per alert (`alert_key`) at a time.
-    """
-
-    __tablename__ = "alert_episodes"
-    __table_args__ = (
-        Index(
-            "uq_alert_episodes_open",
-            "alert_key",
-            unique=True,
-            postgresql_where=text("cleared_at IS NULL"),
-            sqlite_where=text("cleared_at IS NULL"),
-        ),
-        Index("ix_alert_episodes_fired_at", "fired_at"),
-    )
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    episode_key: Mapped[str] = mapped_column(String(64), unique=True)
-    alert_key: Mapped[str] = mapped_column(String(200))
-    kind: Mapped[str] = mapped_column(String(30))
-    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
-    identity_id: Mapped[int | None] = mapped_column(ForeignKey("identities.id"))
-    lane: Mapped[str | None] = mapped_column(String(10))
-    summary: Mapped[str] = mapped_column(Text)
-    fired_at: Mapped[datetime]
-    fired_figures: Mapped[dict[str, Any]]
-    cleared_at: Mapped[datetime | None]
-    cleared_figures: Mapped[dict[str, Any] | None]
-
-
-class AlertPost(Base):
-    """The alert webhook's outbox: one row per episode and transition, posted until the
-    receiver answers 2xx, with backoff; `post_key` is the id the receiver deduplicates on."""
-
-    __tablename__ = "alert_posts"
-    __table_args__ = (Index("ix_alert_posts_due", "delivered_at", "next_attempt_at"),)
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    post_key: Mapped[str] = mapped_column(String(80), unique=True)
-    episode_id: Mapped[int] = mapped_column(ForeignKey("alert_episodes.id"))
-    transition: Mapped[str] = mapped_column(String(10))
-    payload: Mapped[dict[str, Any]]
-    created_at: Mapped[datetime]
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
-    next_attempt_at: Mapped[datetime]
-    delivered_at: Mapped[datetime | None]
-    last_error: Mapped[str | None] = mapped_column(Text)
-
-
-class BulkPlan(Base):
-    """A bulk requeue or cancel: previewed, confirmed, then carried out in chunks.
-
-    The plan's items are the ids exactly as previewed, so what it touches is what its
-    preview counted; it lives here, not in Redis, so a flush or a restart loses nothing.
-    """
-
-    __tablename__ = "bulk_plans"
-    __table_args__ = (Index("ix_bulk_plans_status", "status", "id"),)
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    kind: Mapped[str] = mapped_column(String(10))  # requeue | cancel
-    # The tenant whose messages it touches (None: platform staff across every tenant).
-    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
-    # previewed -> running -> done, or stopped (before or while running).
-    status: Mapped[str] = mapped_column(String(10))
-    filters: Mapped[dict[str, Any]]
-    reason: Mapped[str | None] = mapped_column(Text)
-    previewed_by: Mapped[str] = mapped_column(String(200))
-    created_at: Mapped[datetime]
-    confirmed_by: Mapped[str | None] = mapped_column(String(200))
-    confirmed_at: Mapped[datetime | None]
-    canceled_by: Mapped[str | None] = mapped_column(String(200))
-    canceled_at: Mapped[datetime | None]
-    finished_at: Mapped[datetime | None]
-    # Set at confirmation: how many items the plan will touch (the preview's count).
-    planned: Mapped[int] = mapped_column(Integer, default=0)
-    # Kept with each chunk, in its transaction: done + skipped always add up.
-    done: Mapped[int] = mapped_column(Integer, default=0)
-    skipped_changed: Mapped[int] = mapped_column(Integer, default=0)
-    skipped_held: Mapped[int] = mapped_column(Integer, default=0)
-    skipped_already: Mapped[int] = mapped_column(Integer, default=0)
-    skipped_claimed: Mapped[int] = mapped_column(Integer, default=0)
-
-
-class BulkPlanItem(Base):
-    """One message of a plan, as the preview saw it, and what the plan did to it."""
-
-    __tablename__ = "bulk_plan_items"
-    __table_args__ = (
-        Index("ix_bulk_plan_items_message", "message_id"),
-        Index("ix_bulk_plan_items_pending", "plan_id", "selected", "outcome"),
-    )
-
-    plan_id: Mapped[int] = mapped_column(ForeignKey("bulk_plans.id"), primary_key=True)
-    message_id: Mapped[int] = mapped_column(ForeignKey("messages.id"), primary_key=True)
-    cycle: Mapped[int] = mapped_column(Integer)
-    # The preview's breakdown: "<class>:<code>" for a requeue, "<identity>:<lane>" for a cancel.
-    group_key: Mapped[str] = mapped_column(String(60))
-    # Why the provider may hold a deliverable copy (listed apart, never selected), or None.
-    held: Mapped[str | None] = mapped_column(Text)
-    selected: Mapped[bool] = mapped_column(Boolean, default=False)
-    # None until touched: requeued, canceled, changed, held, already, claimed.
-    outcome: Mapped[str | None] = mapped_column(String(10))
-    done_at: Mapped[datetime | None]
+from app.models_meta import ProviderEvent as ProviderEvent  # noqa: E402
+from app.models_meta import TemplateHold as TemplateHold  # noqa: E402

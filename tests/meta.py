@@ -55,3 +55,14 @@ def sign(raw: bytes, secret: str) -> str:
 
 def encode(body: dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+BUSINESS_ACCOUNT_ID = "102290129340398"  # the WABA of the account-level fixtures
+
+
+def account_body(name: str, account: str = BUSINESS_ACCOUNT_ID, **value: Any) -> dict[str, Any]:
+    """An account-level fixture under `account`, with `value` fields replaced."""
+    body = fixture(name)
+    body["entry"][0]["id"] = account
+    body["entry"][0]["changes"][0]["value"].update(value)
+    return body

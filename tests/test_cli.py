@@ -536,3 +536,16 @@ def test_a_token_no_http_header_can_carry_is_refused_and_nothing_is_stored(
         after = session.get(Identity, identity_id)
         assert after is not None
         assert (after.credentials_version, after.token_encrypted) == (version, sealed)
+
+
+def test_identity_create_and_update_store_the_business_account_meta_names(
+    cli: FlaskCliRunner, db: Database
+) -> None:
+    identity_id = make_identity(cli)
+    result = run(cli, "identity", "update", str(identity_id), "--business-account", "102290129")
+    assert "business account id" in result.output
+    refused = run(cli, "identity", "update", str(identity_id), "--business-account", "x1", ok=False)
+    assert "not a WhatsApp business account id" in refused.output
+    with db.transaction() as session:
+        identity = session.get(Identity, identity_id)
+        assert identity is not None and identity.business_account_id == "102290129"

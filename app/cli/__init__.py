@@ -11,6 +11,7 @@ from app.cli.alerts import alerts_cli
 from app.cli.operations import message_cli
 from app.cli.processes import demo_command, sandbox_command, sweep_command, worker_command
 from app.cli.setup import db_cli, identity_cli, staff_cli, tenant_cli
+from app.cli.tenant_settings import tenant_settings_command
 
 
 def init_app(app: Flask) -> None:
@@ -19,3 +20,4 @@ def init_app(app: Flask) -> None:
     for command in (worker_command, sweep_command, sandbox_command, demo_command):
         app.cli.add_command(command)
     app.cli.add_command(alerts_cli)
+    tenant_cli.add_command(tenant_settings_command)

@@ -95,6 +95,10 @@ def _rate(name: str) -> Callable[[F], F]:
 @click.option("--app-secret", help="the Meta app secret (webhook signatures)")
 @click.option("--verify-token", help="the token Meta's webhook handshake must present")
 @click.option("--from", "sender", help="Twilio sender, e.g. whatsapp:+15551234567")
+@click.option(
+    "--business-account",
+    help="WhatsApp: the business account (WABA) id Meta's account and template webhooks name",
+)
 @_rate("reply")
 @_rate("campaign")
 @_rate("total")
@@ -107,6 +111,7 @@ def identity_create(
     app_secret: str | None,
     verify_token: str | None,
     sender: str | None,
+    business_account: str | None,
     reply_rate: float | None,
     campaign_rate: float | None,
     total_rate: float | None,
@@ -142,6 +147,7 @@ def identity_create(
                 app_secret=app_secret,
                 verify_token=verify_token,
                 sender=sender,
+                business_account_id=business_account,
                 reply_rate=reply_rate,
                 campaign_rate=campaign_rate,
                 total_rate=total_rate,
@@ -153,7 +159,12 @@ def identity_create(
         raise click.ClickException(
             f"a {provider} identity with account id {account_id!r}{also} already exists"
         ) from exc
-    except (identities.RatesError, identities.BaseUrlError, identities.TokenError) as exc:
+    except (
+        identities.RatesError,
+        identities.BaseUrlError,
+        identities.TokenError,
+        identities.BusinessAccountError,
+    ) as exc:
         raise click.ClickException(f"{exc}; nothing was created") from exc
     click.echo(
         f"created {provider} identity for tenant {tenant_name!r}, account {account_id}, "
@@ -174,6 +185,7 @@ def identity_create(
 @click.option("--app-secret")
 @click.option("--base-url")
 @click.option("--verify-token")
+@click.option("--business-account", help="WhatsApp: the business account (WABA) id")
 @_rate("reply")
 @_rate("campaign")
 @_rate("total")
@@ -183,11 +195,12 @@ def identity_update(
     app_secret: str | None,
     base_url: str | None,
     verify_token: str | None,
+    business_account: str | None,
     reply_rate: float | None,
     campaign_rate: float | None,
     total_rate: float | None,
 ) -> None:
-    """Replace an identity's token, secret, base URL or rates."""
+    """Replace an identity's token, secret, base URL, business account or rates."""
     with get_db().transaction() as session:
         identity = identities.get_identity(session, identity_id)
         if identity is None:
@@ -208,8 +221,14 @@ def identity_update(
                 reply_rate=reply_rate,
                 campaign_rate=campaign_rate,
                 total_rate=total_rate,
+                business_account_id=business_account,
             )
-        except (identities.RatesError, identities.BaseUrlError, identities.TokenError) as exc:
+        except (
+            identities.RatesError,
+            identities.BaseUrlError,
+            identities.TokenError,
+            identities.BusinessAccountError,
+        ) as exc:
             raise click.ClickException(f"{exc}; nothing was changed") from exc
     if not changed:
         raise click.UsageError("nothing to change: give at least one option")

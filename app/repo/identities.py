@@ -44,6 +44,7 @@ def create_identity(
     reply_rate: float | None = None,
     campaign_rate: float | None = None,
     total_rate: float | None = None,
+    business_account_id: str | None = None,
 ) -> Identity:
     if provider not in PROVIDERS:
         raise ValueError(f"unknown provider {provider!r}; expected one of {', '.join(PROVIDERS)}")
@@ -62,6 +63,7 @@ def create_identity(
         app_secret_encrypted=box.encrypt(app_secret) if app_secret else None,
         verify_token_hash=sha256_hex(verify_token) if verify_token else None,
         sender=sender,
+        business_account_id=checked_business_account(business_account_id),
         created_at=now,
         token_set_at=now,
         app_secret_set_at=now if app_secret else None,
@@ -81,6 +83,23 @@ def create_identity(
     session.add(identity)
     session.flush()
     return identity
+
+
+class BusinessAccountError(ValueError):
+    """Not a WhatsApp business account id (Meta's are digits)."""
+
+
+def checked_business_account(value: str | None) -> str | None:
+    """A WhatsApp business account id as Meta writes it (`entry[].id`): digits only."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value.isascii() or not value.isdigit() or len(value) > 100:
+        raise BusinessAccountError(
+            f"{value[:40]!r} is not a WhatsApp business account id (digits, as Meta's "
+            "WhatsApp Manager shows it)"
+        )
+    return value
 
 
 class BaseUrlError(ValueError):
@@ -216,6 +235,7 @@ def update_identity(
     reply_rate: float | None = None,
     campaign_rate: float | None = None,
     total_rate: float | None = None,
+    business_account_id: str | None = None,
     now: datetime,
 ) -> list[str]:
     """Change what was given; returns the names of the fields changed.
@@ -232,6 +252,8 @@ def update_identity(
         values["base_url"] = checked_base_url(base_url)
     if verify_token is not None:
         values["verify_token_hash"] = sha256_hex(verify_token)
+    if business_account_id is not None:
+        values["business_account_id"] = checked_business_account(business_account_id)
     for name, value in (
         ("reply_rate", reply_rate),
         ("campaign_rate", campaign_rate),

@@ -164,6 +164,7 @@ def change(
     reply_rate: float | None = None,
     campaign_rate: float | None = None,
     total_rate: float | None = None,
+    business_account_id: str | None = None,
 ) -> list[str]:
     """Change what was given (a new token bumps the credentials version); the audit row
     names the fields changed, never a secret's value. Raises `RatesError` on bad rates,
@@ -180,6 +181,7 @@ def change(
         reply_rate=reply_rate,
         campaign_rate=campaign_rate,
         total_rate=total_rate,
+        business_account_id=business_account_id,
         now=now,
     )
     if changed:

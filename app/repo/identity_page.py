@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
 from app.models import ConversationWindow, Identity, Message, Tenant
+from app.repo.account_news import AccountNews, account_news
 
 
 class IdentityNotFoundError(LookupError):
@@ -39,8 +40,11 @@ class IdentityRow:
     has_app_secret: bool
     app_secret_set_at: datetime | None
     credentials_version: int
+    business_account_id: str | None = None
     open_windows: int = 0
     waiting: dict[str, int] = field(default_factory=lambda: {"reply": 0, "campaign": 0})
+    # Meta's account-level news (`app/repo/account_news.py`), for WhatsApp identities.
+    news: AccountNews | None = None
 
 
 def _row(identity: Identity, tenant_name: str) -> IdentityRow:
@@ -67,6 +71,7 @@ def _row(identity: Identity, tenant_name: str) -> IdentityRow:
         app_secret_set_at=identity.app_secret_set_at
         or (identity.created_at if identity.app_secret_encrypted else None),
         credentials_version=identity.credentials_version,
+        business_account_id=identity.business_account_id,
     )
 
 
@@ -101,6 +106,9 @@ def identity_rows(session: Session, tenant_id: int | None, now: datetime) -> lis
     )
     for identity_id, lane, count in session.execute(waiting):
         rows[identity_id].waiting[lane] = int(count)
+    news = account_news(session, [r.business_account_id for r in rows.values()])
+    for row in rows.values():
+        row.news = news.get(row.business_account_id or "")
     return list(rows.values())
 
 

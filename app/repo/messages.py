@@ -576,10 +576,3 @@ def reached_phone(session: Session, message_id: int) -> tuple[str, int] | None:
 def mark_unrung(session: Session, message_id: int) -> None:
     """The ring did not reach Redis: let the sweeper's next pass ring it."""
     session.execute(update(Message).where(Message.id == message_id).values(rung_at=None))
-
-
-def get_tenant_message(session: Session, tenant_id: int, message_id: int) -> Message | None:
-    """A message only its own tenant can see (another tenant's id is simply not found)."""
-    return session.scalars(
-        select(Message).where(Message.id == message_id, Message.tenant_id == tenant_id)
-    ).one_or_none()

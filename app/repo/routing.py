@@ -51,11 +51,16 @@ class RoutedIdentity:
     id: int
     account_id: str
     app_secret_encrypted: str | None
+    # WhatsApp: the business account, once known (None: learn it from this delivery).
+    business_account_id: str | None = None
 
 
 _identities = cast(Table, Identity.__table__)
 _ROUTED = select(
-    _identities.c.id, _identities.c.account_id, _identities.c.app_secret_encrypted
+    _identities.c.id,
+    _identities.c.account_id,
+    _identities.c.app_secret_encrypted,
+    _identities.c.business_account_id,
 ).where(
     _identities.c.provider == bindparam("provider_"),
     _identities.c.account_id.in_(bindparam("account_ids", expanding=True)),
@@ -71,7 +76,9 @@ def routed_identities(
     if not candidates:
         return {}
     found = {
-        row.account_id: RoutedIdentity(row.id, row.account_id, row.app_secret_encrypted)
+        row.account_id: RoutedIdentity(
+            row.id, row.account_id, row.app_secret_encrypted, row.business_account_id
+        )
         for row in session.execute(_ROUTED, {"provider_": provider, "account_ids": candidates})
     }
     return {rid: found[rid] for rid in routing_ids if rid in found}

@@ -17,12 +17,8 @@ from app.models import Message
 from app.providers import PROVIDERS
 from app.repo.cancels import cancel_message
 from app.repo.identities import get_identity
-from app.repo.messages import (
-    NewMessage,
-    create_message,
-    get_tenant_message,
-    mark_unrung,
-)
+from app.repo.listing import get_tenant_message
+from app.repo.messages import NewMessage, create_message, mark_unrung
 from app.repo.tenants import authenticate
 from app.repo.windows import is_window_open
 from app.sendrequest import (
@@ -35,7 +31,8 @@ from app.sendrequest import (
 )
 from app.views.body import BodyError, parse_json, read_body
 from app.views.errors import json_error
-from app.views.openapi import document as openapi_document
+from app.views.intake import note_accepted, refuse_past_limits
+from app.views.openapi_tenant import document as openapi_document
 from jobs.send import ring_message
 
 log = logging.getLogger(__name__)
@@ -56,7 +53,14 @@ def require_api_key() -> Response | None:
         return json_error(401, "that API key is not valid")
     g.tenant_id = tenant.id
     g.tenant_name = tenant.name
-    return None
+    return refuse_past_limits(tenant)
+
+
+@bp.after_request
+def count_accepted(response: Response) -> Response:
+    if "tenant_id" in g:
+        note_accepted(response, g.tenant_id)
+    return response
 
 
 def message_json(message: Message) -> dict[str, Any]:
@@ -80,6 +84,7 @@ def message_json(message: Message) -> dict[str, Any]:
         "failure_class": message.failure_class,
         "timestamps": timestamps,
         "created_at": _iso(message.created_at),
+        "content_purged_at": _iso(message.content_purged_at),
     }
 
 

@@ -16,7 +16,7 @@ from app.auth import requires_role, staff, tenant_scope
 from app.crypto import get_box
 from app.db import get_db
 from app.repo import identity_actions
-from app.repo.identities import RatesError, TokenError
+from app.repo.identities import BusinessAccountError, RatesError, TokenError
 from app.repo.identity_page import IdentityNotFoundError, identity_rows, scoped_identity
 from app.views.pages import is_htmx, now, scope_args, staff_blueprint
 from jobs.pacing import Pace, paces
@@ -202,4 +202,37 @@ def credentials(identity_id: int) -> ResponseReturnValue:
         "A broken-sender answer to an earlier attempt will not pause it again.",
         "ok",
     )
+    return _back()
+
+
+@bp.post("/identities/<int:identity_id>/business-account")
+@requires_role("admin")
+def business_account(identity_id: int) -> ResponseReturnValue:
+    """A WhatsApp number's business account (WABA) id: Meta's account and template events
+    name it, not the number (learned from a delivery too, when not given)."""
+    value = request.form.get("business_account_id", "").strip()
+    if not value:
+        flash(f"Identity {identity_id}: no business account id given; nothing changed.", "refused")
+        return _back()
+    try:
+        with get_db().transaction() as session:
+            identity = scoped_identity(session, identity_id, tenant_scope())
+            if identity.provider != "whatsapp":
+                flash(f"Identity {identity_id}: only WhatsApp numbers have one.", "refused")
+                return _back()
+            identity_actions.change(
+                session,
+                get_box(),
+                identity,
+                actor=staff().email,
+                now=now(),
+                via="web",
+                business_account_id=value,
+            )
+    except IdentityNotFoundError as exc:
+        raise NotFound() from exc
+    except BusinessAccountError as exc:
+        flash(f"Identity {identity_id}: nothing changed: {exc}.", "refused")
+        return _back()
+    flash(f"Identity {identity_id}: business account {value} stored.", "ok")
     return _back()

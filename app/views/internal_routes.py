@@ -34,9 +34,13 @@ INTERNAL = {
     "/identities/<int:identity_id>/resume",
     "/identities/<int:identity_id>/rates",
     "/identities/<int:identity_id>/credentials",
+    "/identities/<int:identity_id>/business-account",
     "/staff",
     "/staff/<int:staff_id>/role",
     "/staff/<int:staff_id>/disable",
     "/staff/<int:staff_id>/enable",
     "/staff/<int:staff_id>/password",
+    # Platform admins' tenant settings (app/views/tenant_settings.py).
+    "/tenants",
+    "/tenants/<int:tenant_id>/settings",
 }

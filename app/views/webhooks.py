@@ -22,7 +22,6 @@ For each delivery:
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,10 +34,10 @@ from flask.typing import ResponseReturnValue
 from app import instruments
 from app.clock import utcnow
 from app.config import Config
-from app.crypto import get_box
 from app.db import Database, get_db, request_db
 from app.providers import get_provider
 from app.providers.base import Provider, WebhookBatch, WebhookFormatError
+from app.providers.whatsapp_account import business_account_ids
 from app.reconcile import (
     InboundMessage,
     RawDelivery,
@@ -54,8 +53,13 @@ from app.reconcile import (
 from app.repo.identities import identities_with_verify_token
 from app.repo.inbox import IncomingStatus
 from app.repo.routing import RememberedRouting, RoutedIdentity, routed_identities
+from app.views.account_webhooks import learn_business_accounts_of, receive_account_delivery
 from app.views.body import BodyError, kept_headers, parse_json, read_body
 from app.views.errors import json_error
+from app.views.webhook_values import WINDOW_RECIPIENT, incoming_statuses, storable_statuses
+from app.views.webhook_values import fits as _fits
+from app.views.webhook_verify import refused as _refused
+from app.views.webhook_verify import verified as _verified
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +71,6 @@ META_PROVIDERS = {"whatsapp": ("whatsapp",), "messenger": ("messenger", "instagr
 # A real delivery names a handful of numbers; 100 is far above that, and caps the one
 # lookup an unsigned body can make us run.
 MAX_ROUTING_IDS = 100
-
-# The one answer for "no number named is ours" and "the signature does not match".
-UNVERIFIED = "the delivery is not signed by an identity it names"
-
 
 # What a refused delivery's answer says, as the `reason` of ratchet_webhooks_rejected.
 REJECTIONS = {400: "malformed", 401: "unverified", 413: "too_large"}
@@ -145,6 +145,9 @@ def receive(
         routing_ids = provider.routing_ids(payload)
     except (BodyError, WebhookFormatError) as exc:
         return json_error(400, f"not a {provider.name} webhook: {exc}")
+    if not routing_ids and provider.name == "whatsapp" and business_account_ids(payload):
+        # Account, template and quality events: they name the business account alone.
+        return receive_account_delivery(provider, raw, kept_headers(request.headers), payload)
     if not routing_ids:
         return json_error(400, f"the delivery names no {provider.name} identity")
     if len(routing_ids) > MAX_ROUTING_IDS:
@@ -166,12 +169,14 @@ def receive(
     arrived = Arrival(provider, raw, kept_headers(request.headers), routing_ids, batch)
     stored: Stored | NotVerified | ResponseReturnValue | None = None
     remembered = None
+    by_route: dict[str, RoutedIdentity] = {}
     if db.postgresql and arrived.one_plain_status():
         # One status of one number, WhatsApp's usual delivery: verified with the identity
         # this process remembers, and recorded only if it still has that secret.
         remembered = remembered_routing().get(provider.name, routing_ids[0])
         if remembered is not None:
-            stored = _store(db, arrived, {routing_ids[0]: remembered}, remembered=True)
+            by_route = {routing_ids[0]: remembered}
+            stored = _store(db, arrived, by_route, remembered=True)
     # Looked up: nothing remembered, or what was remembered did not do. Twice at most: the
     # record also checks the secret it was verified with, and a secret set again between
     # a lookup and the record makes that lookup's verdict void.
@@ -190,6 +195,10 @@ def receive(
         return _refused(provider, known=True)
     if not isinstance(stored, Stored):
         return stored
+    if provider.name == "whatsapp":
+        # A number's business account, learned from the first delivery naming both.
+        for routing_id in learn_business_accounts_of(db, payload, by_route):
+            remembered_routing().forget(provider.name, routing_id)
     recorded, unstorable, now = stored.recorded, stored.unstorable, stored.now
     delivery_id = recorded.delivery_id
     if batch is None:
@@ -296,7 +305,7 @@ def _store(
     unstorable = 0
     inbound: list[InboundMessage] = []
     if batch is not None:
-        incoming, unstorable = _storable(_incoming(provider, batch, ids))
+        incoming, unstorable = storable_statuses(incoming_statuses(provider, batch, ids))
         inbound = [
             InboundMessage(ids[item.routing_id], item.sender, item.provider_time)
             for item in batch.inbound
@@ -348,86 +357,9 @@ def _store(
     return Stored(recorded, unstorable, now)
 
 
-def _refused(provider: Provider, *, known: bool) -> ResponseReturnValue:
-    log.warning(
-        "%s webhook refused: %s",
-        provider.name,
-        "the signature does not match" if known else "no known identity named",
-    )
-    return json_error(401, UNVERIFIED)
-
-
-# Column widths of webhook_statuses and conversation_windows: a value past them (or with a
-# NUL, which PostgreSQL text cannot hold) is no real provider's.
-STATUS_LIMITS = {"provider_message_id": 200, "status": 20, "correlation_id": 512, "routing_id": 100}
-WINDOW_RECIPIENT = 100
-
-
-def _fits(value: str | None, width: int) -> bool:
-    return value is None or (len(value) <= width and "\x00" not in value)
-
-
-def _storable(statuses: list[IncomingStatus]) -> tuple[list[IncomingStatus], int]:
-    """The statuses whose values fit their columns, and how many did not."""
-    kept = [
-        status
-        for status in statuses
-        if all(_fits(getattr(status, name), width) for name, width in STATUS_LIMITS.items())
-    ]
-    return kept, len(statuses) - len(kept)
-
-
 def _provider_by_object(by_object: Mapping[str, Provider], payload: dict[str, Any]) -> Provider:
     provider = by_object.get(str(payload.get("object")))
     if provider is None:
         known = " or ".join(repr(name) for name in by_object)
         raise WebhookFormatError(f"'object' is {payload.get('object')!r}, not {known}")
     return provider
-
-
-def _verified(
-    provider: Provider, raw: bytes, headers: dict[str, str], identities: list[RoutedIdentity]
-) -> bool:
-    box = get_box()
-    secrets = [
-        box.decrypt_remembered(identity.app_secret_encrypted)
-        if identity.app_secret_encrypted
-        else ""
-        for identity in identities
-    ]
-    first = secrets[0]
-    if not first or not provider.verify_signature(raw, headers, first):
-        return False
-    # Every known identity the delivery names must share the secret that verified it.
-    # As bytes: compare_digest refuses a str with non-ASCII characters.
-    return all(
-        hmac.compare_digest(first.encode("utf-8"), other.encode("utf-8")) for other in secrets[1:]
-    )
-
-
-def _incoming(
-    provider: Provider, batch: WebhookBatch, by_route: dict[str, int]
-) -> list[IncomingStatus]:
-    statuses = []
-    for update in batch.statuses:
-        errors = tuple(error.to_dict() for error in update.errors)
-        failure_class = None
-        if update.errors:
-            failure_class = provider.classify(
-                update.errors[0].http_status, update.errors[0].code
-            ).value
-        statuses.append(
-            IncomingStatus(
-                identity_id=by_route.get(update.routing_id),
-                routing_id=update.routing_id,
-                provider=provider.name,
-                provider_message_id=update.provider_message_id,
-                status=update.status,
-                provider_time=update.provider_time,
-                correlation_id=update.correlation_id,
-                errors=errors,
-                failure_class=failure_class,
-                raw=update.raw,
-            )
-        )
-    return statuses

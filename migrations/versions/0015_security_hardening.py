@@ -14,7 +14,7 @@ the last day's attempts; the audit log keeps every sign-in.
 across them: a tenant's admin was told when an address had a login elsewhere.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0019
 Create Date: 2026-12-04
 """
 
@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 

@@ -429,3 +429,19 @@ def test_a_token_no_http_header_can_carry_is_refused_and_nothing_is_stored(
     assert row.credentials_version == 0
     assert reveal_secrets(SecretBox(SECRET_KEY), row).token != "EAAG-pasted\u200b-token"
     assert audit_rows(db) == []
+
+
+def test_an_admin_sets_a_whatsapp_numbers_business_account_and_bad_ids_are_refused(
+    admin: FlaskClient, db: Database, tenants: Tenants
+) -> None:
+    iid = tenants.acme.identity_id
+    assert "business account not known yet" in admin.get("/identities").get_data(as_text=True)
+    page = post(admin, f"/identities/{iid}/business-account", business_account_id="102290129")
+    assert "business account 102290129 stored" in page
+    assert identity_row(db, iid).business_account_id == "102290129"
+    page = post(admin, f"/identities/{iid}/business-account", business_account_id="abc")
+    assert "not a WhatsApp business account id" in page
+    assert identity_row(db, iid).business_account_id == "102290129"
+    assert f"/identities/{iid}/events" in admin.get("/identities").get_data(as_text=True)
+    (audit,) = audit_rows(db, "identity.update")
+    assert audit.detail == {"changed": ["business account id"], "via": "web"}

@@ -1,0 +1,117 @@
+"""WhatsApp deliveries that name a business account and no phone number: Meta's account,
+template and number-quality webhooks (`app/providers/whatsapp_account.py`).
+
+1. The identities of the named business accounts, in one query. Known: the delivery must
+   verify with one of their app secrets (different apps may subscribe to one account).
+   Unknown: it is checked against every WhatsApp app secret Ratchet holds, and kept
+   (unmatched) when one verifies, since Meta signed it and would resend it for days if
+   refused; otherwise it is refused with the very answer an unknown number gets.
+2. The raw delivery and its changes (`provider_events`, deduplicated) are committed, and
+   acted on in the same transaction (`app/meta_events.py`); a 200 says what was kept.
+3. After the commit, the drains of identities whose held messages were released are rung.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import jsonify
+from flask.typing import ResponseReturnValue
+
+from app.clock import utcnow
+from app.db import Database, request_db
+from app.meta_events import act_on_events
+from app.providers.base import Provider
+from app.providers.whatsapp_account import account_changes, numbers_by_account
+from app.repo.inbox import store_delivery
+from app.repo.provider_events import (
+    identities_of_accounts,
+    keep_events,
+    learn_business_accounts,
+    whatsapp_secret_holders,
+)
+from app.repo.routing import RoutedIdentity
+from app.views.errors import json_error
+from app.views.webhook_verify import refused, verified
+from jobs.send import ring_message
+
+log = logging.getLogger(__name__)
+
+# A real delivery names one business account; this caps the lookup an unsigned body causes.
+MAX_ACCOUNTS = 100
+
+
+def receive_account_delivery(
+    provider: Provider, raw: bytes, headers: dict[str, str], payload: dict[str, Any]
+) -> ResponseReturnValue:
+    changes = account_changes(payload)
+    accounts = list(dict.fromkeys(change.business_account_id for change in changes))
+    if len(accounts) > MAX_ACCOUNTS:
+        return json_error(
+            400, f"the delivery names {len(accounts)} business accounts; a real one names one"
+        )
+    db = request_db()
+    with db.autocommit() as connection:  # one read
+        known = identities_of_accounts(connection, accounts)
+        candidates = known or whatsapp_secret_holders(connection)
+    signer = _signed_by(provider, raw, headers, candidates)
+    if signer is None:
+        return refused(provider, known=bool(known))
+    if not known:
+        log.warning("whatsapp account-level delivery for unknown business accounts %s", accounts)
+    now = utcnow()
+    owner = known[0].id if len({identity.id for identity in known}) == 1 else None
+    with db.transaction() as session:
+        delivery_id = store_delivery(
+            session, provider.name, owner, headers, raw.decode("utf-8"), now
+        )
+        kept = keep_events(session, delivery_id, changes, now)
+        acted = act_on_events(session, kept, now)
+    # Committed above; only now ring the drains (a lost ring: the sweeper's job).
+    for identity_id, lane in sorted(acted.ring):
+        ring_message(0, lane, identity_id)
+    return jsonify(
+        received=len(changes),
+        stored=delivery_id,
+        kept=len(kept),
+        duplicates=len(changes) - len(kept),
+        matched=bool(known),
+        actions=list(acted.actions.values()),
+    )
+
+
+def _signed_by(
+    provider: Provider, raw: bytes, headers: dict[str, str], candidates: list[RoutedIdentity]
+) -> RoutedIdentity | None:
+    """The first identity whose app secret verifies the delivery (each distinct sealed
+    secret tried once)."""
+    tried: set[str] = set()
+    for identity in candidates:
+        sealed = identity.app_secret_encrypted
+        if not sealed or sealed in tried:
+            continue
+        tried.add(sealed)
+        if verified(provider, raw, headers, [identity]):
+            return identity
+    return None
+
+
+def learn_business_accounts_of(
+    db: Database, payload: dict[str, Any], by_route: dict[str, RoutedIdentity]
+) -> list[str]:
+    """After a verified delivery of numbers: each number whose business account is not
+    known yet learns it from the entry naming it (`entry[].id`). Returns the routing ids
+    whose identity changed (to be looked up afresh). Costs nothing once every number knows."""
+    unknown = {
+        rid: identity for rid, identity in by_route.items() if not identity.business_account_id
+    }
+    if not unknown:
+        return []
+    accounts = numbers_by_account(payload)
+    learned = {identity.id: accounts[rid] for rid, identity in unknown.items() if rid in accounts}
+    if not learned:
+        return []
+    with db.transaction() as session:
+        done = set(learn_business_accounts(session, learned))
+    return [rid for rid, identity in unknown.items() if identity.id in done]
