@@ -14,6 +14,8 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.routing import BaseConverter, Map, ValidationError
 
+from app.views.errors import json_error
+
 MAX_ID = 2**63 - 1
 _DIGITS = re.compile(r"[0-9]{1,19}")
 
@@ -46,19 +48,20 @@ class IdConverter(BaseConverter):
         return str(int(value))
 
 
-def _has_nul() -> bool:
+def _nul_in() -> str | None:
+    """Where a NUL is in the request ("path", or the parameter's name); None: nowhere."""
     if "\x00" in request.path:
-        return True
+        return "path"
     sources = [request.args]
     # The dashboard's forms; never a machine route's body, which its own view reads raw
     # (a signature covers it) and validates itself.
     if not request.path.startswith(MACHINE_PATHS) and request.mimetype in FORM_TYPES:
         sources.append(request.form)
-    return any(
-        "\x00" in key or "\x00" in value
-        for values in sources
-        for key, value in values.items(multi=True)
-    )
+    for values in sources:
+        for key, value in values.items(multi=True):
+            if "\x00" in key or "\x00" in value:
+                return key.replace("\x00", "") or "parameter"
+    return None
 
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -71,8 +74,11 @@ def init_app(app: Flask) -> None:
 
     @app.before_request
     def _refuse_nul() -> Response | None:
-        if _has_nul():
-            return Response(
-                "a NUL character is not allowed in a request\n", 400, mimetype="text/plain"
-            )
-        return None
+        where = _nul_in()
+        if where is None:
+            return None
+        words = f"{where[:50]}: a NUL character is not allowed"
+        if request.path.startswith(MACHINE_PATHS):
+            # The machine routes answer in JSON, naming the parameter like their own checks.
+            return json_error(400, words, field=where[:50])
+        return Response(words + "\n", 400, mimetype="text/plain")
