@@ -15,9 +15,11 @@ and a warning is logged) and the waiting count is read from the database each ti
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 from redis import Redis
+from redis.exceptions import NoScriptError
 
 # KEYS: the tenant's bucket. ARGV: interval and burst (microseconds, cells).
 # Returns microseconds to wait before this request would fit; 0 when it was taken.
@@ -43,6 +45,7 @@ return -1
 """
 
 WAITING_CACHE_MS = 1000
+_TAKE_ONE_SHA = hashlib.sha1(_TAKE_ONE.encode()).hexdigest()
 
 
 def rate_key(tenant_id: int) -> str:
@@ -57,7 +60,10 @@ def take_request(redis: Redis, tenant_id: int, per_second: float) -> float:
     """Take one request from the tenant's budget: 0.0 if taken, else seconds to wait."""
     interval = max(1, round(1_000_000 / per_second))
     burst = max(1, math.floor(per_second))
-    wait = redis.eval(_TAKE_ONE, 1, rate_key(tenant_id), interval, burst)
+    try:  # by its digest: a flood of refusals should not send the script each time
+        wait = redis.evalsha(_TAKE_ONE_SHA, 1, rate_key(tenant_id), interval, burst)
+    except NoScriptError:  # a new or flushed Redis: send it once
+        wait = redis.eval(_TAKE_ONE, 1, rate_key(tenant_id), interval, burst)
     return int(wait) / 1_000_000
 
 

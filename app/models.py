@@ -409,6 +409,8 @@ class WebhookStatus(Base):
         Index("ix_webhook_statuses_provider_message_id", "provider", "provider_message_id"),
         # A message's page lists the statuses that named it.
         Index("ix_webhook_statuses_message_id", "message_id"),
+        # Retention purges a delivery's statuses with it (and checks none is still pending).
+        Index("ix_webhook_statuses_delivery_id", "delivery_id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)

@@ -9,7 +9,8 @@ Every pass (docs/design.md section 2):
    paused identities; ringing twice is harmless by design;
 3. expire parked statuses no message matched within 7 days;
 4. carry out a share of every running bulk plan (the backstop of its campaign-lane job),
-   and delete bulk previews nobody confirmed within a day.
+   and delete bulk previews nobody confirmed within a day;
+5. purge content past each tenant's retention, a batch at a time (`jobs/retention.py`).
 
 Every `alert_interval` seconds the loop also evaluates the alerts (`jobs/alerts.py`), in a
 step of its own: it reads only the database, so it runs whether Redis, the workers or the
@@ -37,6 +38,7 @@ from app.repo.queue import due_drains
 from jobs.alerts import AlertEvaluator
 from jobs.bulk import run_plan
 from jobs.drain import ring_identity
+from jobs.retention import purge_content
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class Pass:
     expired: int
     bulk_plans: int = 0
     stalled_sessions: int = 0
+    purged: int = 0
 
     def describe(self) -> str:
         return (
@@ -66,6 +69,11 @@ class Pass:
                 if self.stalled_sessions
                 else ""
             )
+            + (
+                f", purged the content of {self.purged} messages and deliveries"
+                if self.purged
+                else ""
+            )
         )
 
     @property
@@ -77,6 +85,7 @@ class Pass:
             or self.expired
             or self.bulk_plans
             or self.stalled_sessions
+            or self.purged
         )
 
 
@@ -138,8 +147,18 @@ def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
             run_plan(db, config, plan_id, lambda: now, budget_seconds=BULK_SHARE_SECONDS)
         except Exception:
             log.exception("bulk plan %s: a chunk failed; the next pass tries again", plan_id)
+
+    # 5. Retention: content past each tenant's days, in short batches within a share.
+    purged = purge_content(db, now)
     return Pass(
-        len(due) - len(failed), len(failed), replayed, still, expired, len(plans), len(stalled)
+        len(due) - len(failed),
+        len(failed),
+        replayed,
+        still,
+        expired,
+        len(plans),
+        len(stalled),
+        purged.messages + purged.deliveries,
     )
 
 

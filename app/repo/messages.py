@@ -444,6 +444,11 @@ def requeue_message(
             f"message {message_id} has an attempt still in flight until "
             f"{message.lease_until:%H:%M:%S} UTC; requeue it after that"
         )
+    if message.content_purged_at is not None:
+        raise RequeueRefusedError(
+            f"message {message_id}'s content was purged on {message.content_purged_at:%Y-%m-%d} "
+            "(retention): there is nothing to send; send it again as a new message"
+        )
     if force and not reason:
         raise RequeueRefusedError("a forced requeue needs a reason")
     held = provider_may_hold(session, message)

@@ -63,8 +63,8 @@ def list_tenant_settings(session: Session) -> list[TenantRow]:
 
 def set_tenant_settings(
     session: Session, tenant_id: int, wanted: TenantSettings, *, actor: str, now: datetime
-) -> TenantSettings | None:
-    """Store the settings; returns the ones replaced, or None if no such tenant."""
+) -> TenantRow | None:
+    """Store the settings; returns the tenant as it was, or None if no such tenant."""
     wanted.check()
     tenant = session.scalars(
         select(Tenant).where(Tenant.id == tenant_id).with_for_update()
@@ -90,7 +90,7 @@ def set_tenant_settings(
         {"before": _as_dict(before), "after": _as_dict(wanted)},
         tenant_id=tenant_id,
     )
-    return before
+    return TenantRow(tenant.id, tenant.name, before)
 
 
 def _as_dict(settings: TenantSettings) -> dict[str, float | int | None]:

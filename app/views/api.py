@@ -19,7 +19,6 @@ from app.repo.cancels import cancel_message
 from app.repo.identities import get_identity
 from app.repo.listing import get_tenant_message
 from app.repo.messages import NewMessage, create_message, mark_unrung
-from app.repo.tenants import authenticate
 from app.repo.windows import is_window_open
 from app.sendrequest import (
     MAX_ID,
@@ -32,6 +31,7 @@ from app.sendrequest import (
 from app.views.body import BodyError, parse_json, read_body
 from app.views.errors import json_error
 from app.views.intake import note_accepted, refuse_past_limits
+from app.views.keycache import tenant_for_key
 from app.views.openapi_tenant import document as openapi_document
 from jobs.send import ring_message
 
@@ -47,8 +47,7 @@ def require_api_key() -> Response | None:
     scheme, _, key = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key:
         return json_error(401, "send your API key as `Authorization: Bearer <key>`")
-    with get_db().transaction() as session:
-        tenant = authenticate(session, key.strip())
+    tenant = tenant_for_key(key.strip())
     if tenant is None:
         return json_error(401, "that API key is not valid")
     g.tenant_id = tenant.id

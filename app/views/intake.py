@@ -12,9 +12,9 @@ from redis.exceptions import RedisError
 
 from app import intake
 from app.db import get_db
-from app.models import Tenant
 from app.repo.tenant_settings import count_waiting
 from app.views.errors import json_error
+from app.views.keycache import KeyHolder
 from jobs.queues import get_redis
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 CREATE = "api.create"
 
 
-def refuse_past_limits(tenant: Tenant) -> Response | None:
+def refuse_past_limits(tenant: KeyHolder) -> Response | None:
     """A 429 when this request would pass one of the tenant's limits, else None."""
     rate = tenant.max_requests_per_second
     if rate is not None:

@@ -67,5 +67,5 @@ def update(tenant_id: int) -> ResponseReturnValue:
         return redirect(url_for("tenant_settings.index", **scope_args()))
     if before is None:
         raise NotFound()
-    flash(f"Tenant {tenant_id}'s settings saved; they apply from its next request.", "ok")
+    flash(f"{before.name}'s settings saved; they apply within a second.", "ok")
     return redirect(url_for("tenant_settings.index", **scope_args()))

@@ -7,7 +7,8 @@
 3. Indexes for `GET /v1/messages`, newest first per tenant: by tenant, status, failure
    class, identity and creation time; message events by receipt time (`updated_since`).
 4. Retention's batches read the oldest unpurged messages and deliveries from indexes
-   partial on what is not purged yet, so a batch never walks what is already done.
+   partial on what is not purged yet, so a batch never walks what is already done, and a
+   delivery's statuses by `delivery_id` (without it, each batch read every status).
 
 On PostgreSQL the indexes are built CONCURRENTLY (outside the migration's transaction), so
 the messages table keeps taking writes while they build; a build interrupted halfway leaves
@@ -47,6 +48,7 @@ INDEXES: list[tuple[str, str, list[str], str | None]] = [
         "content_purged_at IS NULL",
     ),
     ("ix_message_events_received_at", "message_events", ["received_at"], None),
+    ("ix_webhook_statuses_delivery_id", "webhook_statuses", ["delivery_id"], None),
     (
         "ix_webhook_deliveries_unpurged",
         "webhook_deliveries",

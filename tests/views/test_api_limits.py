@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from app.db import Database
 from app.models import Message
 from app.repo.tenant_settings import SettingsError, TenantSettings, set_tenant_settings
+from app.views.keycache import tenant_for_key
 
 from ..conftest import T0, make_app
 from ..factories import World, make_message, make_world
@@ -175,3 +176,18 @@ def test_settings_out_of_range_are_refused(
 ) -> None:
     with db.transaction() as session, pytest.raises(SettingsError):
         set_tenant_settings(session, world.tenant_id, settings, actor="test", now=T0)
+
+
+def test_a_verified_key_is_remembered_a_second_and_a_bad_one_never(
+    app: Flask, world: World, db: Database
+) -> None:
+    first = tenant_for_key(world.api_key, clock=100.0)
+    assert first is not None and first.max_requests_per_second is None
+    limit(db, world, rate=5)
+    # Within the second the remembered limits answer; after it, the new ones.
+    assert tenant_for_key(world.api_key, clock=100.9) == first
+    later = tenant_for_key(world.api_key, clock=101.1)
+    assert later is not None and later.max_requests_per_second == 5
+    forged = world.api_key[:-2] + ("xy" if not world.api_key.endswith("xy") else "zz")
+    assert tenant_for_key(forged, clock=101.2) is None
+    assert len(app.extensions["ratchet.api_keys"]) == 1
