@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from functools import cache
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from flask import Blueprint, flash, g, redirect, render_template, request, session, url_for
@@ -13,11 +14,13 @@ from flask_login import current_user, logout_user
 from app.auth import staff, start_session
 from app.crypto import check_password, hash_password
 from app.db import get_db
-from app.models import Staff
 from app.repo.logins import end_sessions, load_staff
 from app.repo.sign_in_throttle import reserve_attempt, settle_attempt
 from app.repo.staff import record_audit, staff_with_email
 from app.views.pages import now
+
+if TYPE_CHECKING:
+    from app.models import Staff
 
 bp = Blueprint("auth", __name__)
 
