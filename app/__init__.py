@@ -14,7 +14,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Build the app; nothing connects, logs or registers before this is called."""
     from htmx_flask import Htmx
 
-    from app import auth, cli, crypto, db
+    from app import auth, cli, crypto, db, inputs, proxies, security_headers
     from app.views import (
         alerts,
         api,
@@ -44,6 +44,9 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.config["SECRET_KEY"] = config.secret_key
     app.config["MAX_CONTENT_LENGTH"] = config.max_webhook_body
 
+    proxies.init_app(app)
+    inputs.init_app(app)
+    security_headers.init_app(app)
     db.init_app(app)
     queues.init_app(app)
     crypto.init_app(app)

@@ -8,21 +8,41 @@ platform staff (no tenant) see every tenant and may narrow to one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import wraps
 from typing import Any, TypeVar, cast
 
-from flask import Flask, Request, Response, abort, flash, redirect, request, url_for
+from flask import (
+    Flask,
+    Request,
+    Response,
+    abort,
+    current_app,
+    flash,
+    redirect,
+    request,
+    session,
+    url_for,
+)
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface, SessionMixin
-from flask_login import LoginManager, UserMixin, current_user
+from flask_login import LoginManager, UserMixin, current_user, login_user
 from flask_wtf.csrf import CSRFProtect
 
+from app.clock import utcnow
 from app.db import get_db
+from app.inputs import parse_id
 from app.repo.logins import StaffMember, load_staff
 
 ROLE_RANK = {"viewer": 0, "operator": 1, "admin": 2}
+# Idle: a session nobody used for this long is refused (the signed cookie's age, slid by
+# what a person does). Absolute: however busy, a session ends this long after sign-in.
 SESSION_LIFETIME = timedelta(hours=12)
+SESSION_ABSOLUTE_LIFETIME = timedelta(hours=24)
+SIGNED_IN_AT = "signed_in_at"
+CLOCK_SKEW = timedelta(minutes=5)
+SESSION_ID = re.compile(r"([0-9]{1,18}):([0-9]{1,18})")
 
 login_manager = LoginManager()
 csrf = CSRFProtect()
@@ -37,7 +57,9 @@ class SignedInStaff(UserMixin):
         self.member = member
 
     def get_id(self) -> str:
-        return str(self.member.id)
+        # Flask-Login keeps this in the session: the login's session version rides along,
+        # so moving the version (sign-out, password reset, disable, role change) ends it.
+        return f"{self.member.id}:{self.member.session_version}"
 
     @property
     def email(self) -> str:
@@ -92,8 +114,7 @@ def tenant_scope() -> int | None:
     member = staff()
     if member.tenant_id is not None:
         return member.tenant_id
-    chosen = request.args.get("tenant", "")
-    return int(chosen) if chosen.isdigit() else None
+    return parse_id(request.args.get("tenant"))
 
 
 class QuietPollSessions(SecureCookieSessionInterface):
@@ -159,8 +180,38 @@ def init_app(app: Flask) -> None:
 
     @login_manager.user_loader
     def _load(user_id: str) -> SignedInStaff | None:
-        if not user_id.isdigit():
+        found = SESSION_ID.fullmatch(user_id)
+        if found is None or not _within_absolute_lifetime():
             return None
-        with get_db().transaction() as session:
-            member = load_staff(session, int(user_id))
-        return SignedInStaff(member) if member else None
+        with get_db().transaction() as db_session:
+            member = load_staff(db_session, int(found.group(1)))
+        if member is None or member.session_version != int(found.group(2)):
+            return None
+        return SignedInStaff(member)
+
+
+def _within_absolute_lifetime() -> bool:
+    raw = session.get(SIGNED_IN_AT)
+    if not isinstance(raw, str):
+        return False
+    try:
+        signed_in_at = datetime.fromisoformat(raw)
+    except ValueError:
+        return False
+    now = dashboard_now()
+    # A little slack before: another host's clock may run a moment behind the one that
+    # signed the session in.
+    return signed_in_at - CLOCK_SKEW <= now < signed_in_at + SESSION_ABSOLUTE_LIFETIME
+
+
+def dashboard_now() -> datetime:
+    """The dashboard's clock: tests pass theirs in as `app.extensions["ratchet.clock"]`."""
+    clock: Callable[[], datetime] = current_app.extensions.get("ratchet.clock", utcnow)
+    return clock()
+
+
+def start_session(member: StaffMember) -> None:
+    """Sign `member` in on a fresh session that remembers when, for the absolute lifetime."""
+    login_user(SignedInStaff(member))
+    session.permanent = True
+    session[SIGNED_IN_AT] = dashboard_now().isoformat()

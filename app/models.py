@@ -29,6 +29,8 @@ from app.models_operations import AlertEpisode as AlertEpisode
 from app.models_operations import AlertPost as AlertPost
 from app.models_operations import BulkPlan as BulkPlan
 from app.models_operations import BulkPlanItem as BulkPlanItem
+from app.models_staff import SignInThrottle as SignInThrottle
+from app.models_staff import Staff as Staff
 
 # Purged content is kept this many days unless a tenant says otherwise (docs/api.md).
 DEFAULT_RETENTION_DAYS = 30
@@ -446,19 +448,6 @@ class ConversationWindow(Base):
     open_until: Mapped[datetime]
 
 
-class Staff(Base):
-    __tablename__ = "staff"
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    email: Mapped[str] = mapped_column(String(254), unique=True)
-    role: Mapped[str] = mapped_column(String(10))
-    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
-    password_hash: Mapped[str] = mapped_column(String(255))
-    created_at: Mapped[datetime]
-    # A disabled login cannot sign in, and its open sessions stop at their next request.
-    disabled_at: Mapped[datetime | None]
-
-
 class AuditEntry(Base):
     """Operator actions: who did what, when, and why."""
 
@@ -480,24 +469,5 @@ class AuditEntry(Base):
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
 
 
-class SignInAttempt(Base):
-    """Every dashboard sign-in attempt, kept in the database so the throttle works while
-    Redis is down (counted per account and per address over a recent window)."""
-
-    __tablename__ = "sign_in_attempts"
-    __table_args__ = (
-        Index("ix_sign_in_attempts_email", "email", "attempted_at"),
-        Index("ix_sign_in_attempts_address", "address", "attempted_at"),
-    )
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    email: Mapped[str] = mapped_column(String(254))
-    address: Mapped[str] = mapped_column(String(64))
-    succeeded: Mapped[bool] = mapped_column(Boolean)
-    attempted_at: Mapped[datetime]
-
-
-# Tables kept in modules of their own, registered on the same metadata; imported here so
-# `app.models` still names every table.
 from app.models_meta import ProviderEvent as ProviderEvent  # noqa: E402
 from app.models_meta import TemplateHold as TemplateHold  # noqa: E402

@@ -30,6 +30,9 @@ settings.load_profile("ratchet")
 PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg://127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 SECRET_KEY = "test-secret-key-not-for-production"
+# /metrics is closed without a token: the test apps have this one.
+METRICS_TOKEN = "test-metrics-token-not-for-production"
+METRICS_AUTH = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -56,7 +59,12 @@ def redis_url() -> Iterator[str]:
 
 
 def make_app(pg_url: str, redis_url: str, **overrides: object) -> Flask:
-    values = {"database_url": pg_url, "redis_url": redis_url, "secret_key": SECRET_KEY}
+    values = {
+        "database_url": pg_url,
+        "redis_url": redis_url,
+        "secret_key": SECRET_KEY,
+        "metrics_token": METRICS_TOKEN,
+    }
     values.update(overrides)
     app = create_app(values)
     app.config["TESTING"] = True

@@ -101,9 +101,15 @@ def test_make_run_starts_the_system_and_ctrl_c_stops_everything_it_started(
         assert "embedded Redis-compatible server" in output
         # The workers' sends reach the web's /metrics (one multiprocess directory), and the
         # output a person follows is not crowded with gunicorn's start-up lines.
+        # /metrics is closed without the token `make run` made; its output says how to scrape.
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).status_code == 401
+        token_file = tmp_path / "instance" / "metrics_token"
+        assert f'metrics: curl -H "Authorization: Bearer $(cat {token_file})"' in output
+        scrape = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+        assert token_file.read_text().strip() not in output
         deadline = time.monotonic() + 30
         while True:
-            metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=scrape, timeout=10).text
             sends = sum(
                 float(line.rsplit(" ", 1)[1])
                 for line in metrics.splitlines()

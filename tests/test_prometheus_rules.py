@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.db import Database
 
+from .conftest import METRICS_AUTH
 from .factories import make_world
 
 RULES = Path(__file__).resolve().parent.parent / "docs" / "prometheus" / "ratchet-rules.yml"
@@ -19,7 +20,7 @@ RULES = Path(__file__).resolve().parent.parent / "docs" / "prometheus" / "ratche
 
 def test_the_sample_rules_name_only_what_metrics_serves(app: Flask, db: Database) -> None:
     make_world(db)
-    text = app.test_client().get("/metrics").get_data(as_text=True)
+    text = app.test_client().get("/metrics", headers=METRICS_AUTH).get_data(as_text=True)
     labels: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -7,6 +7,7 @@ before it, so a new failure never shifts a row onto two pages or off both.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypeVarTuple
@@ -22,6 +23,8 @@ from app.repo.holds import holds_for
 PAGE_SIZE = 50
 Ts = TypeVarTuple("Ts")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# rank (or n).microseconds since the epoch.id
+_CURSOR = re.compile(r"(n|[0-9]{1,9})\.(-?[0-9]{1,18})\.([0-9]{1,18})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +43,17 @@ class Cursor:
     def decode(cls, raw: str | None) -> Cursor | None:
         if not raw:
             return None
-        parts = raw.split(".")
-        if len(parts) != 3 or not parts[1].lstrip("-").isdigit() or not parts[2].isdigit():
+        # ASCII digits only (`isdigit()` passes `²`, which `int()` refuses), an id that
+        # fits a BIGINT, a time a datetime holds: anything else starts from the top.
+        found = _CURSOR.fullmatch(raw)
+        if found is None:
             return None
-        if parts[0] != "n" and not parts[0].isdigit():
+        rank = None if found[1] == "n" else int(found[1])
+        try:
+            failed_at = _EPOCH + timedelta(microseconds=int(found[2]))
+        except OverflowError:
             return None
-        rank = None if parts[0] == "n" else int(parts[0])
-        return cls(rank, _EPOCH + timedelta(microseconds=int(parts[1])), int(parts[2]))
+        return cls(rank, failed_at, int(found[3]))
 
 
 @dataclass(frozen=True, slots=True)

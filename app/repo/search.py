@@ -39,7 +39,7 @@ def search_messages(session: Session, text: str, tenant_id: int | None) -> list[
     if not text:
         return []
     conditions: list[tuple[str, ColumnElement[bool]]] = []
-    if text.isdigit() and len(text) <= 18:
+    if text.isascii() and text.isdigit() and len(text) <= 18:
         conditions.append(("message id", Message.id == int(text)))
     conditions.append(("provider id", Message.provider_message_id == text))
     # An attempt's provider id: joined, so it is looked up in the attempts' index.
@@ -86,7 +86,7 @@ def search_messages(session: Session, text: str, tenant_id: int | None) -> list[
 
 
 def _matched(message: Message, text: str, digits: str) -> str:
-    if text.isdigit() and message.id == int(text):
+    if text.isascii() and text.isdigit() and len(text) <= 18 and message.id == int(text):
         return "message id"
     if message.provider_message_id == text:
         return "provider id"

@@ -36,8 +36,18 @@ def create_staff(
     return staff
 
 
-def get_staff_by_email(session: Session, email: str) -> Staff | None:
-    return session.scalars(select(Staff).where(Staff.email == email.strip().lower())).one_or_none()
+def get_staff_by_email(session: Session, email: str, tenant_id: int | None = None) -> Staff | None:
+    """The login with this email in one tenant (None: among platform staff)."""
+    scope = Staff.tenant_id.is_(None) if tenant_id is None else Staff.tenant_id == tenant_id
+    query = select(Staff).where(Staff.email == email.strip().lower(), scope)
+    return session.scalars(query).one_or_none()
+
+
+def staff_with_email(session: Session, email: str) -> list[Staff]:
+    """Every login with this email, in any tenant or none, oldest first: sign-in checks the
+    password against each."""
+    query = select(Staff).where(Staff.email == email.strip().lower()).order_by(Staff.id)
+    return list(session.scalars(query))
 
 
 def record_audit(

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.crypto import hash_password
 from app.models import Staff, Tenant
+from app.repo.logins import end_sessions
 from app.repo.staff import ROLES, create_staff, get_staff_by_email, record_audit
 
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
@@ -144,14 +145,16 @@ def create(
         raise StaffActionError(f"no tenant with id {tenant_id}")
     if password is not None and len(password) < MIN_PASSWORD:
         raise StaffActionError(f"a password needs at least {MIN_PASSWORD} characters")
-    if get_staff_by_email(session, email) is not None:
-        raise StaffActionError(f"a login for {email} already exists")
+    # Only within the tenant it is made for: whether another tenant has the address is
+    # none of this admin's business (the same email may sign in to each, by its password).
+    if get_staff_by_email(session, email, tenant_id) is not None:
+        raise StaffActionError(f"a login for {email} already exists here")
     password = password or new_password()
     try:
         with session.begin_nested():
             member = create_staff(session, email, role, password, now, tenant_id)
     except IntegrityError as exc:  # created by someone else a moment ago
-        raise StaffActionError(f"a login for {email} already exists") from exc
+        raise StaffActionError(f"a login for {email} already exists here") from exc
     record_audit(
         session,
         actor.email,
@@ -174,6 +177,7 @@ def change_role(session: Session, actor: Actor, staff_id: int, role: str, now: d
         return False
     before = target.role
     session.execute(update(Staff).where(Staff.id == staff_id).values(role=role))
+    end_sessions(session, staff_id)  # signed in again, they get the new role's pages
     record_audit(
         session,
         actor.email,
@@ -199,6 +203,9 @@ def set_disabled(
     session.execute(
         update(Staff).where(Staff.id == staff_id).values(disabled_at=now if disabled else None)
     )
+    if disabled:
+        # Ended for good: enabling the login again does not bring an old session back.
+        end_sessions(session, staff_id)
     record_audit(
         session,
         actor.email,
@@ -218,6 +225,7 @@ def reset_password(session: Session, actor: Actor, staff_id: int, now: datetime)
     session.execute(
         update(Staff).where(Staff.id == staff_id).values(password_hash=hash_password(password))
     )
+    end_sessions(session, staff_id)  # a session stolen with the old password ends here
     record_audit(
         session,
         actor.email,

@@ -10,6 +10,7 @@ from flask.typing import ResponseReturnValue
 
 from app.auth import tenant_scope
 from app.db import get_db
+from app.inputs import parse_id
 from app.repo.audit import AuditFilters, audit_actions, audit_page
 from app.views.pages import staff_blueprint
 
@@ -37,7 +38,10 @@ def parse_time(raw: str | None) -> datetime | None:
         moment = datetime.fromisoformat(raw)
     except ValueError:
         return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    try:
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:  # year 1 or 9999 with an offset: past what a datetime holds
+        return None
 
 
 @bp.get("/audit")
@@ -53,9 +57,7 @@ def index() -> ResponseReturnValue:
         until=parse_time(args.get("until")),
     )
     with get_db().transaction() as session:
-        rows, next_before = audit_page(
-            session, filters, int(before) if before.isdigit() and len(before) <= 18 else None
-        )
+        rows, next_before = audit_page(session, filters, parse_id(before))
         actions = audit_actions(session, filters.tenant_id)
     kept = {k: v for k, v in args.items() if k != "before" and v}
     return render_template(

@@ -84,3 +84,29 @@ def parse_json(raw: bytes) -> Any:
         # Python refuses to convert an integer of more than 4,300 digits (a CPU guard).
         raise BodyError("a number in it has too many digits") from exc
     return value
+
+
+# What of a webhook's headers is kept with its raw body: what a person reading it or a
+# replay needs (the signature, the body's type, the sender's user agent, the provider's
+# own delivery ids), never what a proxy or a stray client added (Cookie, Authorization).
+KEPT_HEADERS = frozenset(
+    {
+        "content-type",
+        "user-agent",
+        "x-hub-signature-256",  # Meta
+        "x-hub-signature",  # Meta's older SHA-1 signature
+        "x-twilio-signature",
+        "i-twilio-idempotency-token",  # Twilio's id of this delivery, the same on a retry
+    }
+)
+# Meta's own ids of a delivery or its request, whatever their names.
+KEPT_PREFIXES = ("x-fb-", "x-meta-")
+
+
+def kept_headers(headers: Any) -> dict[str, str]:
+    """The request's headers worth storing with a webhook (see KEPT_HEADERS)."""
+    return {
+        name: value
+        for name, value in headers.items()
+        if name.lower() in KEPT_HEADERS or name.lower().startswith(KEPT_PREFIXES)
+    }

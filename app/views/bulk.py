@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
+from app.inputs import parse_id
 from app.repo.bulkplans import (
     RUNNING,
     PlanNotFoundError,
@@ -48,7 +49,7 @@ CLASSES_FIELD = "class"
 
 def _int(raw: str | None) -> int | None:
     raw = (raw or "").strip()
-    return int(raw) if raw.isdigit() and len(raw) <= 18 else None
+    return parse_id(raw)
 
 
 def _readable(session: Session, described: dict[str, str]) -> dict[str, str]:

@@ -11,6 +11,7 @@ from flask.typing import ResponseReturnValue
 
 from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
+from app.inputs import parse_id
 from app.providers.base import FailureClass
 from app.repo.cancels import MessageNotFoundError, dismiss_message
 from app.repo.deadletters import Cursor, Filters, dead_letter_page, dead_letter_row
@@ -28,7 +29,7 @@ CLASSES = [c.value for c in FailureClass]
 
 def _int(name: str) -> int | None:
     raw = request.args.get(name, "").strip()
-    return int(raw) if raw.isdigit() and len(raw) <= 18 else None
+    return parse_id(raw)
 
 
 @bp.get("/dead-letters")

@@ -1,5 +1,7 @@
 """A message's page (`/messages/<id>`): its status widget, the failure and the safe next
-step, its keys, the timeline, attempts, raw webhooks and audit rows."""
+step, its keys, the timeline, attempts, raw webhooks and audit rows. The recipient's number
+is masked there as everywhere (in the provider's verbatim answers and raw webhooks too);
+an operator reveals it with one click, audited."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from app.repo.audit import audit_for_message
 from app.repo.bulkplans import plans_touching
 from app.repo.cancels import MessageNotFoundError, cancel_message
 from app.repo.deadletters import advice
+from app.repo.reveals import reveal_recipient as reveal_recipient_of
 from app.repo.timeline import REFUSALS, MessageStory, message_story
 from app.views.pages import is_htmx, now, scope_args, staff_blueprint
 from app.views.requeueing import run_requeue, shown_cycle
@@ -67,6 +70,21 @@ def status(message_id: int) -> ResponseReturnValue:
     """The status widget alone; it polls itself until the message is read or failed."""
     response = render_template("messages/_status.html", **_context(_story(message_id)))
     return response, 200, {"Vary": "HX-Request"}
+
+
+@bp.post("/messages/<int:message_id>/recipient")
+@requires_role("operator")
+def reveal_recipient(message_id: int) -> ResponseReturnValue:
+    """The full number, one click away for an operator; the audit log records the look."""
+    with get_db().transaction() as session:
+        full = reveal_recipient_of(session, message_id, tenant_scope(), staff().email, now())
+    if full is None:
+        abort(404)
+    if is_htmx():
+        story = _story(message_id)
+        return render_template("messages/_recipient.html", m=story.message, revealed=True)
+    context = _context(_story(message_id), full=True)
+    return render_template("messages/detail.html", revealed=True, **context)
 
 
 @bp.post("/messages/<int:message_id>/requeue")

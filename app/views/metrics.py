@@ -1,7 +1,9 @@
 """`GET /metrics`: Prometheus's text format, for a scraper (internal, like /readyz).
 
-Behind a bearer token when `RATCHET_METRICS_TOKEN` is set: a missing or wrong token gets a
-401 and no figures. Without the setting it is open, for a scraper on a private network.
+Behind the bearer token `RATCHET_METRICS_TOKEN`: a missing or wrong token gets a 401 and no
+figures. Without the setting it is closed (403): the figures name every tenant, identity,
+queue depth and firing alert, and the port is the webhooks' public one. `make run` makes a
+token and prints how to scrape with it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ def _token_matches(expected: str) -> bool:
 @bp.get("/metrics")
 def metrics() -> ResponseReturnValue:
     config: Config = current_app.config["RATCHET"]
-    if config.metrics_token and not _token_matches(config.metrics_token):
+    if not config.metrics_token:
+        return Response(
+            "/metrics is closed: set RATCHET_METRICS_TOKEN and scrape with "
+            "Authorization: Bearer <RATCHET_METRICS_TOKEN>\n",
+            status=403,
+            mimetype="text/plain",
+        )
+    if not _token_matches(config.metrics_token):
         return Response(
             "a bearer token is required: Authorization: Bearer <RATCHET_METRICS_TOKEN>\n",
             status=401,

@@ -2,7 +2,7 @@
 
 Request schemas come from the pydantic models that validate requests, so the document
 cannot drift from what the API accepts. Every route of the app is here, except those in
-`INTERNAL` (documented in the README).
+`INTERNAL` (`app/views/internal_routes.py`, documented in the README).
 """
 
 from __future__ import annotations
@@ -11,47 +11,6 @@ from typing import Any
 
 from app.sendrequest import SendRequest
 from app.views.openapi_webhooks import messenger_webhook
-
-# Routes deliberately left out of the document: static files and the support dashboard's
-# HTML pages (for staff signed in with a session, not an API).
-INTERNAL = {
-    "/static/<path:filename>",
-    "/sign-in",
-    "/sign-out",
-    "/",
-    "/stuck",
-    "/dead-letters",
-    "/dead-letters/<int:message_id>/requeue",
-    "/messages/<int:message_id>",
-    "/messages/<int:message_id>/status",
-    "/messages/<int:message_id>/requeue",
-    "/search",
-    "/alerts",
-    "/alerts/banner",
-    "/dead-letters/<int:message_id>/dismiss",
-    "/dead-letters/bulk-requeue",
-    "/messages/<int:message_id>/cancel",
-    "/cancel",
-    "/cancel/preview",
-    "/bulk/<int:plan_id>",
-    "/bulk/<int:plan_id>/progress",
-    "/bulk/<int:plan_id>/confirm",
-    "/bulk/<int:plan_id>/stop",
-    "/audit",
-    "/identities",
-    "/identities/<int:identity_id>/pause",
-    "/identities/<int:identity_id>/resume",
-    "/identities/<int:identity_id>/rates",
-    "/identities/<int:identity_id>/credentials",
-    "/staff",
-    "/staff/<int:staff_id>/role",
-    "/staff/<int:staff_id>/disable",
-    "/staff/<int:staff_id>/enable",
-    "/staff/<int:staff_id>/password",
-    # Platform admins' tenant settings (app/views/tenant_settings.py).
-    "/tenants",
-    "/tenants/<int:tenant_id>/settings",
-}
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -389,15 +348,17 @@ def document() -> dict[str, Any]:
                     "operationId": "metrics",
                     "description": (
                         "Queue gauges read from the database at scrape time, and this "
-                        "host's counters. A bearer token when RATCHET_METRICS_TOKEN is set."
+                        "host's counters. Behind the bearer token RATCHET_METRICS_TOKEN; "
+                        "closed (403) while it is not set."
                     ),
-                    "security": [{"metricsToken": []}, {}],
+                    "security": [{"metricsToken": []}],
                     "responses": {
                         "200": {
                             "description": "The exposition.",
                             "content": {"text/plain": {"schema": {"type": "string"}}},
                         },
                         "401": {"description": "The token is missing or wrong."},
+                        "403": {"description": "Closed: RATCHET_METRICS_TOKEN is not set."},
                     },
                 }
             },
@@ -412,7 +373,7 @@ def document() -> dict[str, Any]:
                 "metricsToken": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "RATCHET_METRICS_TOKEN, when it is set.",
+                    "description": "RATCHET_METRICS_TOKEN.",
                 },
             },
             "schemas": {

@@ -3,7 +3,6 @@ templates use to show times, phones and states the same way everywhere."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,8 +13,7 @@ from flask_wtf.csrf import CSRFError
 from markupsafe import Markup, escape
 from werkzeug.exceptions import HTTPException
 
-from app.auth import login_manager, staff, tenant_scope
-from app.clock import utcnow
+from app.auth import dashboard_now, login_manager, staff, tenant_scope
 from app.db import get_db
 from app.lifecycle import Status
 from app.repo.overview import list_tenants
@@ -34,8 +32,7 @@ FINAL_STATES = frozenset({Status.READ.value, Status.FAILED.value})
 
 def now() -> datetime:
     """The dashboard's clock: tests pass theirs in as `app.extensions["ratchet.clock"]`."""
-    clock: Callable[[], datetime] = current_app.extensions.get("ratchet.clock", utcnow)
-    return clock()
+    return dashboard_now()
 
 
 def stuck_after() -> timedelta:
@@ -122,6 +119,16 @@ def mask_phone(value: str | None) -> str:
     return "…" + value[-4:] if len(value) > 4 else value
 
 
+def hide_number(text: Any, number: str | None) -> Any:
+    """`text` (a provider's verbatim answer, a raw webhook) with the recipient's number
+    masked as everywhere else; an operator reveals it on the message's page (audited)."""
+    digits = (number or "").lstrip("+")
+    if not text or len(digits) < 5:
+        return text
+    masked = mask_phone(digits)
+    return text.replace("+" + digits, masked).replace(digits, masked)
+
+
 def mask_key(value: str | None) -> str:
     """A long key or id cut to its ends, enough to compare by eye."""
     if not value:
@@ -205,6 +212,7 @@ def init_app(app: Flask) -> None:
         absolute=absolute,
         relative=relative,
         mask_phone=mask_phone,
+        hide_number=hide_number,
         mask_key=mask_key,
         state_badge=state_badge,
     )

@@ -9,6 +9,7 @@ from flask import abort
 
 from app.auth import staff, tenant_scope
 from app.db import get_db
+from app.inputs import parse_id
 from app.repo.requeues import MessageNotFoundError, RequeueOutcome, requeue_from_dashboard
 from app.views.pages import now
 from jobs.send import ring_message
@@ -58,6 +59,7 @@ def run_requeue(
 
 
 def shown_cycle(raw: str | None) -> int:
-    if not raw or not raw.isdigit():
+    cycle = parse_id(raw)
+    if cycle is None:
         abort(400)
-    return int(raw)
+    return cycle

@@ -10,6 +10,7 @@ from werkzeug.exceptions import NotFound
 
 from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
+from app.inputs import parse_id
 from app.repo import staff_admin
 from app.repo.overview import list_tenants
 from app.repo.staff import ROLES
@@ -48,7 +49,7 @@ def create() -> ResponseReturnValue:
         tenant_id: int | None = actor.tenant_id  # never platform staff, whatever was posted
     else:
         raw = request.form.get("tenant", "")
-        tenant_id = int(raw) if raw.isdigit() and len(raw) <= 18 else None
+        tenant_id = parse_id(raw)
     password = request.form.get("password", "") or None
     try:
         with get_db().transaction() as session:
@@ -79,7 +80,11 @@ def role(staff_id: int) -> ResponseReturnValue:
         flash(f"Role not changed: {exc}.", "refused")
         return _back()
     if changed:
-        flash(f"Staff {staff_id} is now {wanted}; it applies from their next page.", "ok")
+        flash(
+            f"Staff {staff_id} is now {wanted}; their open sessions have ended, "
+            "and it applies when they sign in again.",
+            "ok",
+        )
     else:
         flash(f"Staff {staff_id} already was {wanted}; nothing changed.", "refused")
     return _back()

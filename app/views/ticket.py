@@ -1,8 +1,9 @@
 """The plain-text status summary a support agent pastes into a customer ticket.
 
-Only what a customer may be told: state and when, the provider's error code with its title
-and our meaning, attempts, requeues. The recipient is masked; the body, keys, tokens and the
-provider's free-text details (which can echo parameters) are never in it.
+Only what a customer may be told: state and when, the provider's error code and our meaning
+of it, attempts, requeues. The recipient is masked; the body, keys, tokens and all of the
+provider's free text (its title, message and details, which can echo the number or the
+template's parameters) are never in it.
 """
 
 from __future__ import annotations
@@ -28,13 +29,8 @@ def ticket_summary(story: MessageStory, meaning: str, now: datetime) -> str:
         if m.failure_class == "canceled":
             lines.append("Why: canceled by support before it was sent; it was never sent")
         else:
-            title = str(error.get("title") or "")[:120]
             named = f"{code}" if code is not None else "no code"
-            lines.append(
-                f"Provider error: {named}"
-                + (f' "{title}"' if title else "")
-                + f" (class {m.failure_class or 'unknown'})"
-            )
+            lines.append(f"Provider error: {named} (class {m.failure_class or 'unknown'})")
             lines.append(f"Meaning: {meaning}")
     for late in late_failures(story.events):
         lines.append(f"Later: {late.sentence} ({absolute(late.at)})")

@@ -42,7 +42,7 @@ from app.reconcile import (
 )
 from app.repo.identities import get_identity, reveal_secrets
 from app.repo.inbox import IncomingStatus
-from app.views.body import BodyError, read_body
+from app.views.body import BodyError, kept_headers, read_body
 from app.views.errors import json_error
 from app.views.webhooks import count_delivery
 
@@ -104,7 +104,7 @@ def twilio_callback(identity_id: int) -> ResponseReturnValue:
 
     # Both transactions (the raw request, then its status) on one pooled connection.
     db = request_db()
-    headers = dict(request.headers)
+    headers = kept_headers(request.headers)
     body = raw.decode("utf-8")
     try:
         with db.transaction() as session:

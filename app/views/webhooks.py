@@ -60,7 +60,7 @@ from app.views.account_webhooks import (
     learn_business_accounts_of,
     receive_account_delivery,
 )
-from app.views.body import BodyError, parse_json, read_body
+from app.views.body import BodyError, kept_headers, parse_json, read_body
 from app.views.errors import json_error
 from app.views.webhook_values import WINDOW_RECIPIENT, incoming_statuses, storable_statuses
 from app.views.webhook_values import fits as _fits
@@ -153,7 +153,7 @@ def receive(
         return json_error(400, f"not a {provider.name} webhook: {exc}")
     if not routing_ids and provider.name == "whatsapp" and business_account_ids(payload):
         # Account, template and quality events: they name the business account alone.
-        return receive_account_delivery(provider, raw, dict(request.headers), payload)
+        return receive_account_delivery(provider, raw, kept_headers(request.headers), payload)
     if not routing_ids:
         return json_error(400, f"the delivery names no {provider.name} identity")
     if len(routing_ids) > MAX_ROUTING_IDS:
@@ -172,7 +172,7 @@ def receive(
     # Every unit of work of the request (the lookup, the raw delivery with its statuses,
     # then each status) on one pooled connection.
     db = request_db()
-    arrived = Arrival(provider, raw, dict(request.headers), routing_ids, batch)
+    arrived = Arrival(provider, raw, kept_headers(request.headers), routing_ids, batch)
     stored: Stored | NotVerified | ResponseReturnValue | None = None
     remembered = None
     by_route: dict[str, RoutedIdentity] = {}

@@ -76,11 +76,22 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
+    """A browser tab; a test fails if the page's Content-Security-Policy refused anything
+    (an inline script or style, an eval) or a script threw."""
     context = browser.new_context(viewport={"width": 1366, "height": 900})
     opened = context.new_page()
     opened.set_default_timeout(15_000)
+    refused: list[str] = []
+    opened.on(
+        "console",
+        lambda message: (
+            refused.append(message.text) if "Content Security Policy" in message.text else None
+        ),
+    )
+    opened.on("pageerror", lambda error: refused.append(f"script error: {error}"))
     yield opened
     context.close()
+    assert refused == [], refused
 
 
 def screenshot(page: Page, name: str) -> Path:

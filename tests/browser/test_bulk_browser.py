@@ -125,7 +125,8 @@ def test_one_click_copies_the_ticket_summary_masked_and_without_the_body(
     expect(page.locator("#copy-ticket-said")).to_have_text("Copied: recipient masked, no body.")
     copied = page.evaluate("navigator.clipboard.readText()")
     assert copied.startswith(f"Message #{message_id} via whatsapp, to …4321\nState: failed since")
-    assert 'Provider error: 132001 "Template name does not exist" (class needs_human)' in copied
+    assert "Provider error: 132001 (class needs_human)" in copied
+    assert "Template name does not exist" not in copied
     assert "15557654321" not in copied and "hello" not in copied
     page.locator("details", has_text="What it copies").locator("summary").click()
     screenshot(page, "ticket-01-message-page")

@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from app.models import Message
 
-from ..conftest import PG_URL, SECRET_KEY, free_port
+from ..conftest import METRICS_AUTH, METRICS_TOKEN, PG_URL, SECRET_KEY, free_port
 from .conftest import Env
 from .test_chaos import die_with_parent, start
 from .test_metrics_scrape import Scrape
@@ -52,6 +52,7 @@ def test_counts_from_a_worker_process_show_up_in_the_web_processes_scrape(
         "SECRET_KEY": SECRET_KEY,
         "PUBLIC_BASE_URL": web_url,
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+        "RATCHET_METRICS_TOKEN": METRICS_TOKEN,
         "RATCHET_PROVIDER_TIMEOUT": "3",
     }
     number = env.number(webhook_url=f"{web_url}/webhooks/whatsapp")
@@ -90,7 +91,7 @@ def test_counts_from_a_worker_process_show_up_in_the_web_processes_scrape(
             # Each scrape is answered by one of the two gunicorn workers, whichever is free;
             # every one sees the worker process's sends and both web workers' webhooks.
             for _ in range(6):
-                response = client.get("/metrics")
+                response = client.get("/metrics", headers=METRICS_AUTH)
                 assert response.status_code == 200
                 scrape = Scrape(response.text)
                 sends = scrape.value("ratchet_sends_total", outcome="accepted", lane="campaign")

@@ -20,6 +20,7 @@ from app.repo.identities import update_identity
 from app.repo.messages import NewMessage, create_message
 from jobs.queues import queue_name
 
+from ..conftest import METRICS_AUTH
 from .conftest import Env
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "whatsapp"
@@ -47,7 +48,7 @@ class Scrape:
 
 
 def scrape(env: Env) -> Scrape:
-    response = env.http.get(f"{env.base_url}/metrics")
+    response = env.http.get(f"{env.base_url}/metrics", headers=METRICS_AUTH)
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain")
     return Scrape(response.text)

@@ -166,7 +166,7 @@ def test_bad_new_logins_are_refused_with_the_reason(
     assert audits(db, "staff.create") == []
 
 
-def test_an_admin_changes_a_role_and_it_applies_at_the_next_page(
+def test_an_admin_changes_a_role_and_it_applies_once_they_sign_in_again(
     app: Flask, admin: FlaskClient, db: Database, tenants: Tenants
 ) -> None:
     make_staff(db, "view@acme.test", "viewer", tenants.acme.tenant_id)
@@ -177,6 +177,9 @@ def test_an_admin_changes_a_role_and_it_applies_at_the_next_page(
     assert target is not None
     _, page = post(admin, f"/staff/{target.id}/role", role="operator")
     assert f"Staff {target.id} is now operator" in page
+    as_(viewer)
+    assert viewer.get("/identities").status_code == 302  # their session ended
+    viewer = signed_in(app, "view@acme.test")
     as_(viewer)
     assert "Pause identity" in viewer.get("/identities").get_data(as_text=True)
     (audit,) = audits(db, "staff.role")

@@ -12,12 +12,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.db import Database
 from jobs.alerts import AlertEvaluator
 
+from ..conftest import METRICS_AUTH
 from ..factories import make_message
 from .dashboard_world import NOW, make_tenants
 
 
 def scrape(app: Flask) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    response = app.test_client().get("/metrics")
+    response = app.test_client().get("/metrics", headers=METRICS_AUTH)
     assert response.status_code == 200
     samples = {}
     for family in text_string_to_metric_families(response.get_data(as_text=True)):

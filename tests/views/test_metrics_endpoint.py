@@ -1,15 +1,17 @@
-"""`GET /metrics`: refused without the configured bearer token, open without one, and still
-answering (with `ratchet_database_up 0`) when the database does not."""
+"""`GET /metrics`: refused without the configured bearer token, closed when none is
+configured, and still answering (with `ratchet_database_up 0`) when the database does not."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from flask import Flask
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import Config, ConfigError
+from app.launcher import ensure_metrics_token
 
 from ..conftest import SECRET_KEY, free_port, make_app
 
@@ -78,16 +80,28 @@ def test_the_configured_token_opens_a_scrape_that_parses(guarded: Flask) -> None
         assert name in found, name
 
 
-def test_without_a_token_configured_the_scrape_is_open(app: Flask) -> None:
-    response = app.test_client().get("/metrics")
-    assert response.status_code == 200
-    assert "ratchet_database_up" in families(response.get_data(as_text=True))
+@pytest.mark.parametrize("authorization", [None, "Bearer ", "Bearer anything"])
+def test_without_a_token_configured_the_scrape_is_closed_and_says_how_to_open_it(
+    pg_url: str, redis_url: str, authorization: str | None
+) -> None:
+    app = make_app(pg_url, redis_url, metrics_token=None)
+    headers = {} if authorization is None else {"Authorization": authorization}
+    try:
+        response = app.test_client().get("/metrics", headers=headers)
+    finally:
+        close(app)
+    assert response.status_code == 403
+    body = response.get_data(as_text=True)
+    assert "ratchet_" not in body
+    assert "set RATCHET_METRICS_TOKEN" in body
 
 
 def test_with_the_database_away_the_scrape_still_answers_and_says_so(redis_url: str) -> None:
-    app = make_app(f"postgresql+psycopg://127.0.0.1:{free_port()}/nowhere", redis_url)
+    app = make_app(
+        f"postgresql+psycopg://127.0.0.1:{free_port()}/nowhere", redis_url, metrics_token=TOKEN
+    )
     try:
-        response = app.test_client().get("/metrics")
+        response = app.test_client().get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
     finally:
         close(app)
     assert response.status_code == 200
@@ -124,3 +138,13 @@ def test_the_settings_are_read_from_the_environment(tmp_path: object) -> None:
     )
     assert (config.metrics_token, config.log_format, config.log_level) == (TOKEN, "json", "INFO")
     assert config.prometheus_multiproc_dir == str(tmp_path)
+
+
+def test_make_runs_launcher_makes_a_metrics_token_once_and_keeps_it_private(
+    tmp_path: Path,
+) -> None:
+    path = ensure_metrics_token(tmp_path)
+    token = path.read_text()
+    assert len(token) >= 32
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert ensure_metrics_token(tmp_path).read_text() == token  # kept across runs
