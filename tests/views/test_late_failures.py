@@ -12,6 +12,7 @@ from flask.testing import FlaskClient
 
 from app.db import Database
 
+from ..conftest import METRICS_AUTH
 from ..meta import encode, sign, status, status_body
 from .dashboard_world import Tenants, make_staff, make_tenants, sign_in, use_clock
 from .test_webhooks_whatsapp import at, message, sent_message
@@ -44,7 +45,7 @@ def deliver(app: Flask, statuses: list[dict[str, object]]) -> None:
 
 
 def late_failures_counted(app: Flask) -> float:
-    text = app.test_client().get("/metrics").get_data(as_text=True)
+    text = app.test_client().get("/metrics", headers=METRICS_AUTH).get_data(as_text=True)
     found = re.search(r'^ratchet_late_failures_total\{provider="whatsapp"\} (\S+)$', text, re.M)
     return float(found.group(1)) if found else 0.0
 
