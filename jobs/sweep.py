@@ -9,7 +9,9 @@ Every pass (docs/design.md section 2):
    paused identities; ringing twice is harmless by design;
 3. expire parked statuses no message matched within 7 days;
 4. carry out a share of every running bulk plan (the backstop of its campaign-lane job),
-   and delete bulk previews nobody confirmed within a day.
+   and delete bulk previews nobody confirmed within a day;
+5. ring the callback drain of every enabled endpoint with a status callback due (the
+   safety net of the outbox: a lost ring, a Redis flush, a killed worker).
 
 Every `alert_interval` seconds the loop also evaluates the alerts (`jobs/alerts.py`), in a
 step of its own: it reads only the database, so it runs whether Redis, the workers or the
@@ -32,10 +34,12 @@ from app.config import Config
 from app.db import Database, end_stalled_sessions
 from app.reconcile import apply_webhook_status
 from app.repo.bulkplans import PREVIEW_LIFETIME, expire_previews, running_plan_ids
+from app.repo.callback_outbox import endpoints_with_due
 from app.repo.inbox import expire_parked, pending_status_ids
 from app.repo.queue import due_drains
 from jobs.alerts import AlertEvaluator
 from jobs.bulk import run_plan
+from jobs.callbacks import ring_endpoint
 from jobs.drain import ring_identity
 
 log = logging.getLogger(__name__)
@@ -53,6 +57,7 @@ class Pass:
     expired: int
     bulk_plans: int = 0
     stalled_sessions: int = 0
+    callback_endpoints: int = 0
 
     def describe(self) -> str:
         return (
@@ -61,6 +66,11 @@ class Pass:
             + f", replayed {self.replayed} webhook statuses ({self.still_pending} still parked)"
             + f", expired {self.expired} parked statuses"
             + (f", worked on {self.bulk_plans} bulk plans" if self.bulk_plans else "")
+            + (
+                f", rang {self.callback_endpoints} callback endpoints"
+                if self.callback_endpoints
+                else ""
+            )
             + (
                 f", ended {self.stalled_sessions} database sessions stalled in a transaction"
                 if self.stalled_sessions
@@ -77,6 +87,7 @@ class Pass:
             or self.expired
             or self.bulk_plans
             or self.stalled_sessions
+            or self.callback_endpoints
         )
 
 
@@ -138,8 +149,20 @@ def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
             run_plan(db, config, plan_id, lambda: now, budget_seconds=BULK_SHARE_SECONDS)
         except Exception:
             log.exception("bulk plan %s: a chunk failed; the next pass tries again", plan_id)
+
+    # 5. Status callbacks due: their drains rung (one pending or running per endpoint).
+    with db.transaction() as session:
+        endpoints = endpoints_with_due(session, now)
+    unrung = [e for e in endpoints if not ring_endpoint(e, config)]
     return Pass(
-        len(due) - len(failed), len(failed), replayed, still, expired, len(plans), len(stalled)
+        len(due) - len(failed),
+        len(failed) + len(unrung),
+        replayed,
+        still,
+        expired,
+        len(plans),
+        len(stalled),
+        len(endpoints) - len(unrung),
     )
 
 

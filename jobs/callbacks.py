@@ -1,0 +1,175 @@
+"""Delivering status callbacks: one drain per endpoint, an RQ job on its own queue.
+
+The outbox (`app/repo/callback_outbox.py`) is the truth; Redis only rings. A drain holds
+its endpoint's key (like the send drains' `ring_drain`), then repeats: claim what is due
+(at most `callback_concurrency`, each under a lease), POST each from a pool of threads,
+record each answer in its own transaction. It stops when nothing is due, the endpoint is
+disabled, or its slice ends. The sweeper rings every endpoint with something due on every
+pass, so a lost ring, a Redis flush or a killed worker delays callbacks, never loses them.
+
+Each POST: Standard Webhooks headers, the exact signed bytes, a total deadline
+(`callback_timeout`), no redirects followed, the answer's body cut, the destination's
+addresses checked again (a name re-pointed at a private address since it was registered).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from datetime import datetime, timedelta
+
+from flask import current_app
+from redis import Redis
+from redis.exceptions import RedisError
+from rq import Queue
+
+from app.callback_signing import encode_body, headers
+from app.callback_urls import CallbackUrlError, check_destination, parse_callback_url
+from app.clock import utcnow
+from app.config import Config
+from app.crypto import SecretBox, get_box
+from app.db import Database, get_db
+from app.providers.http import TransportError, parse_retry_after, post_content
+from app.repo import callback_outbox as outbox
+from app.repo.callback_endpoints import get_endpoint, signing_secrets
+from jobs.queues import QUEUE_PREFIX, get_redis
+
+log = logging.getLogger(__name__)
+
+QUEUE = f"{QUEUE_PREFIX}-callbacks"
+# How much of a receiver's answer is read at all (the rest is never read).
+MAX_ANSWER_BYTES = 64 * 1024
+SLICE_SECONDS = 5.0
+# Beyond the POST's own deadline, before a claimed row is due again (a killed worker).
+LEASE_MARGIN = 30.0
+
+
+def callback_queue(redis: Redis | None = None) -> Queue:
+    return Queue(QUEUE, connection=redis or get_redis())
+
+
+def _key(endpoint_id: int) -> str:
+    return f"{QUEUE_PREFIX}:callbacks:{endpoint_id}"
+
+
+def ring_endpoint(endpoint_id: int, config: Config, redis: Redis | None = None) -> bool:
+    """Make sure a drain of this endpoint runs after now: one pending or running at a time
+    (its key, set only if absent); False, and logged, when Redis cannot be reached."""
+    token = secrets.token_hex(8)
+    lease_ms = int((SLICE_SECONDS + config.callback_timeout + LEASE_MARGIN) * 1000)
+    try:
+        connection = redis or get_redis()
+        if connection.set(_key(endpoint_id), token, nx=True, px=lease_ms):
+            callback_queue(connection).enqueue(drain_callbacks, endpoint_id, token)
+    except RedisError as exc:
+        log.warning("could not ring the callbacks of endpoint %s: %s", endpoint_id, exc)
+        return False
+    return True
+
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def drain_callbacks(endpoint_id: int, token: str) -> str:
+    """The RQ job."""
+    config: Config = current_app.config["RATCHET"]
+    redis = get_redis()
+    try:
+        sent = deliver_due(get_db(), get_box(), config, endpoint_id, utcnow)
+    finally:
+        with suppress(RedisError):  # else the key expires with its lease
+            redis.eval(_RELEASE, 1, _key(endpoint_id), token)
+    return f"endpoint {endpoint_id}: {sent} callbacks posted"
+
+
+def deliver_due(
+    db: Database,
+    box: SecretBox,
+    config: Config,
+    endpoint_id: int,
+    clock: Callable[[], datetime] = utcnow,
+    *,
+    slice_seconds: float = SLICE_SECONDS,
+) -> int:
+    """Post what is due for one endpoint until nothing is, or the slice ends; returns how
+    many POSTs were made. `clock()` gives the time (the tests pass theirs)."""
+    lease = timedelta(seconds=config.callback_timeout + LEASE_MARGIN)
+    ends = time.monotonic() + slice_seconds
+    posted = 0
+    with ThreadPoolExecutor(config.callback_concurrency, "callback") as pool:
+        while time.monotonic() < ends:
+            now: datetime = clock()
+            with db.transaction() as session:
+                endpoint = get_endpoint(session, None, endpoint_id)
+                if endpoint is None or not endpoint.enabled:
+                    break
+                signing = signing_secrets(box, endpoint, now)
+                url = endpoint.url
+                batch = outbox.claim_due(
+                    session, endpoint_id, now, config.callback_concurrency, lease
+                )
+            if not batch:
+                break
+            keys = signing.secrets
+            answers = list(
+                pool.map(
+                    _post, [config] * len(batch), batch, [url] * len(batch), [keys] * len(batch)
+                )
+            )
+            posted += len(batch)
+            stop = False
+            for callback, answer in zip(batch, answers, strict=True):
+                with db.transaction() as session:
+                    recorded = outbox.record_answer(
+                        session,
+                        callback,
+                        endpoint_id,
+                        answer,
+                        clock(),
+                        retry_window=timedelta(seconds=config.callback_retry_window),
+                        disable_after=config.callback_disable_after,
+                    )
+                if recorded.disabled:
+                    log.warning("callback endpoint %s disabled: %s", endpoint_id, recorded.disabled)
+                    stop = True
+                elif not answer.is_success:
+                    log.info(
+                        "callback %s to endpoint %s (attempt %s) failed: %s",
+                        callback.webhook_id,
+                        endpoint_id,
+                        callback.attempt,
+                        answer.error or f"HTTP {answer.status}",
+                    )
+            if stop:
+                break
+    return posted
+
+
+def _post(
+    config: Config, callback: outbox.Claimed, endpoint_url: str, keys: list[str]
+) -> outbox.Answer:
+    url = callback.url or endpoint_url
+    started = time.monotonic()
+    body = encode_body(callback.payload)
+    sent = headers(keys, callback.webhook_id, int(time.time()), body)
+    try:
+        allowed = config.callback_allow_hosts
+        check_destination(parse_callback_url(url, allowed), allowed)
+        answer = post_content(url, body, sent, started + config.callback_timeout, MAX_ANSWER_BYTES)
+    except CallbackUrlError as exc:
+        return outbox.Answer(None, _ms(started), error=f"refused: {exc}")
+    except TransportError as exc:
+        return outbox.Answer(None, _ms(started), error=exc.description)
+    retry_after = parse_retry_after(answer.headers.get("retry-after"))
+    return outbox.Answer(answer.status, _ms(started), answer.text, retry_after=retry_after)
+
+
+def _ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
