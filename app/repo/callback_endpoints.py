@@ -7,6 +7,7 @@ The signing secret is sealed with the provider secrets' box and returned in clea
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.callback_models import PENDING, Callback, CallbackEndpoint, MessageCallbackUrl
 from app.callback_signing import new_secret
+from app.callback_urls import CallbackUrlError, parse_callback_url
 from app.crypto import SecretBox
 
 EVENTS = (
@@ -173,6 +175,25 @@ def endpoint_for_host(session: Session, tenant_id: int, host: str) -> CallbackEn
         .limit(1)
     )
     return session.scalars(query).first()
+
+
+def status_callback_endpoint(
+    session: Session, tenant_id: int, url: str, allow_hosts: Collection[str]
+) -> int | str:
+    """The endpoint whose secret signs a message's own `status_callback` (one on its host),
+    or why the URL is refused. Its addresses were checked when the endpoint was
+    registered, and are again before every POST."""
+    try:
+        target = parse_callback_url(url, allow_hosts)
+    except CallbackUrlError as exc:
+        return f"status_callback: {exc}"
+    endpoint = endpoint_for_host(session, tenant_id, target.host)
+    if endpoint is None:
+        return (
+            f"status_callback: {target.host!r} is not the host of one of your callback "
+            "endpoints (register one first: POST /v1/callback-endpoints)"
+        )
+    return endpoint.id
 
 
 def set_message_callback(session: Session, message_id: int, endpoint_id: int, url: str) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.sendrequest import SendRequest
+from app.views.openapi_paths import callback_endpoint_paths, callback_schemas, messenger_webhook
+from app.views.openapi_paths import error_answer as _error
 
 # Routes deliberately left out of the document: static files and the support dashboard's
 # HTML pages (for staff signed in with a session, not an API).
@@ -48,12 +50,6 @@ INTERNAL = {
     "/staff/<int:staff_id>/enable",
     "/staff/<int:staff_id>/password",
 }
-
-_ERROR = {"$ref": "#/components/schemas/Error"}
-
-
-def _error(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": _ERROR}}}
 
 
 def _message_schema() -> dict[str, Any]:
@@ -95,58 +91,6 @@ def _message_schema() -> dict[str, Any]:
             },
             "created_at": timestamp,
         },
-    }
-
-
-def _messenger_webhook() -> dict[str, Any]:
-    """`/webhooks/messenger`: Messenger (`object: page`) and Instagram (`object: instagram`)."""
-    return {
-        "/webhooks/messenger": {
-            "get": {
-                "summary": "Meta's subscription handshake for Messenger and Instagram",
-                "operationId": "messengerHandshake",
-                "security": [],
-                "parameters": [
-                    {"name": name, "in": "query", "required": True, "schema": {"type": "string"}}
-                    for name in ("hub.mode", "hub.verify_token", "hub.challenge")
-                ],
-                "responses": {
-                    "200": {"description": "The challenge, echoed as text/plain."},
-                    "403": {
-                        "description": "Not a subscription, or not the verify token of a "
-                        "Messenger or Instagram identity."
-                    },
-                },
-            },
-            "post": {
-                "summary": "Messenger / Instagram webhooks (for the provider)",
-                "description": "Signed with `X-Hub-Signature-256` (HMAC-SHA256 of the raw "
-                "body with the app secret of every Page or Instagram account `entry[].id` "
-                "names). Echoes of our sends, deliveries and reads (by `mids`, or by "
-                "watermark: every message of that thread sent at or before it), Instagram's "
-                "`messaging_seen`, and customers' messages (which open their 24-hour "
-                "window). Every correctly signed delivery is acknowledged.",
-                "operationId": "messengerWebhook",
-                "security": [],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": {"type": "object"}}},
-                },
-                "responses": {
-                    "200": {"description": "Stored and applied (counts in `results`)."},
-                    "202": {"description": "Signed, but not a shape Ratchet understands."},
-                    "400": _error(
-                        "Not JSON, `object` neither `page` nor `instagram`, or names no "
-                        "identity (or more than 100)."
-                    ),
-                    "401": _error(
-                        "No identity it names is known, or the signature does not match "
-                        "(one answer for both)."
-                    ),
-                    "413": _error("The body is larger than 1 MiB, however it is framed."),
-                },
-            },
-        }
     }
 
 
@@ -372,7 +316,8 @@ def document() -> dict[str, Any]:
                     },
                 },
             },
-            **_messenger_webhook(),
+            **messenger_webhook(),
+            **callback_endpoint_paths(),
             "/webhooks/twilio/{identity_id}": {
                 "post": {
                     "summary": "Twilio status callbacks and incoming messages (for the provider)",
@@ -465,6 +410,7 @@ def document() -> dict[str, Any]:
             },
             "schemas": {
                 **definitions,
+                **callback_schemas(),
                 "SendRequest": send_schema,
                 "Message": _message_schema(),
                 "Error": {
