@@ -23,6 +23,8 @@ from jobs.callbacks import deliver_due
 from ..conftest import SECRET_KEY, T0, make_app
 from ..factories import World
 from ..views.test_webhooks_whatsapp import claimed, sent_message
+
+__all__ = ["sent_message"]
 from .receiver import Receiver
 
 BOX = SecretBox(SECRET_KEY)
