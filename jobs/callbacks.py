@@ -27,6 +27,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 
+from app import instruments
 from app.callback_signing import encode_body, headers
 from app.callback_urls import CallbackUrlError, check_destination, parse_callback_url
 from app.clock import utcnow
@@ -136,6 +137,8 @@ def deliver_due(
                         retry_window=timedelta(seconds=config.callback_retry_window),
                         disable_after=config.callback_disable_after,
                     )
+                result = "delivered" if answer.is_success else "failed"
+                instruments.CALLBACK_POSTS.labels(str(endpoint_id), result).inc()
                 if recorded.disabled:
                     log.warning("callback endpoint %s disabled: %s", endpoint_id, recorded.disabled)
                     stop = True

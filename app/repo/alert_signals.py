@@ -28,13 +28,14 @@ from app.models import Identity, Message
 from app.repo.claims import is_due
 from app.repo.overview import LANES, due_since
 
-KINDS = ("stuck", "paused", "delivery_drop", "dwell", "dead_letters")
+KINDS = ("stuck", "paused", "delivery_drop", "dwell", "dead_letters", "callbacks_disabled")
 KIND_TITLES = {
     "stuck": "Queue stuck",
     "paused": "Identity paused",
     "delivery_drop": "Delivered rate dropped",
     "dwell": "Sent, never delivered",
     "dead_letters": "Dead letters growing",
+    "callbacks_disabled": "Callback endpoint disabled",  # app/repo/callback_alerts.py
 }
 
 
@@ -47,7 +48,7 @@ class Reading:
     alert_key: str
     kind: str
     tenant_id: int
-    identity_id: int
+    identity_id: int | None
     lane: str | None
     firing: bool
     summary: str
