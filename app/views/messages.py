@@ -10,6 +10,7 @@ from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
 from app.repo.audit import audit_for_message
 from app.repo.bulkplans import plans_touching
+from app.repo.callback_outbox import message_callbacks
 from app.repo.cancels import MessageNotFoundError, cancel_message
 from app.repo.deadletters import advice
 from app.repo.timeline import REFUSALS, MessageStory, message_story
@@ -42,6 +43,7 @@ def _context(story: MessageStory, *, full: bool = False) -> dict[str, object]:
         with get_db().transaction() as session:
             extra["audit"] = audit_for_message(session, story.message.id, tenant_scope())
             extra["plans"] = plans_touching(session, story.message.id)
+            extra["callbacks"] = message_callbacks(session, story.message.id)
         extra["ticket"] = ticket_summary(story, meaning, now())
     return {
         **extra,

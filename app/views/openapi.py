@@ -49,6 +49,10 @@ INTERNAL = {
     "/staff/<int:staff_id>/disable",
     "/staff/<int:staff_id>/enable",
     "/staff/<int:staff_id>/password",
+    "/callbacks",
+    "/callbacks/<int:endpoint_id>/replay",
+    "/callbacks/<int:endpoint_id>/replay-since",
+    "/callbacks/<int:endpoint_id>/enable",
 }
 
 
