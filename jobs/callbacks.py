@@ -45,6 +45,9 @@ QUEUE = f"{QUEUE_PREFIX}-callbacks"
 # How much of a receiver's answer is read at all (the rest is never read).
 MAX_ANSWER_BYTES = 64 * 1024
 SLICE_SECONDS = 5.0
+# A drain that finds nothing due looks again this often, for this long, before it exits:
+# under a steady stream of changes one drain stays and takes each within a poll.
+LINGER_SECONDS, LINGER_POLL = 1.0, 0.05
 # Beyond the POST's own deadline, before a claimed row is due again (a killed worker).
 LEASE_MARGIN = 30.0
 
@@ -53,18 +56,29 @@ def callback_queue(redis: Redis | None = None) -> Queue:
     return Queue(QUEUE, connection=redis or get_redis())
 
 
-def _key(endpoint_id: int) -> str:
-    return f"{QUEUE_PREFIX}:callbacks:{endpoint_id}"
+def _keys(endpoint_id: int) -> tuple[str, str]:
+    """(the pending drain's key, its dirty flag)."""
+    return (
+        f"{QUEUE_PREFIX}:callbacks:{endpoint_id}",
+        f"{QUEUE_PREFIX}:callbacks-dirty:{endpoint_id}",
+    )
 
 
 def ring_endpoint(endpoint_id: int, config: Config, redis: Redis | None = None) -> bool:
-    """Make sure a drain of this endpoint runs after now: one pending or running at a time
-    (its key, set only if absent); False, and logged, when Redis cannot be reached."""
+    """Make sure a drain of this endpoint looks at the outbox after now, as `ring_drain`
+    does for sends: mark it dirty (a drain running now looks again before it exits), and
+    enqueue one if none is pending or running (its key, set only if absent). False, and
+    logged, when Redis cannot be reached: the sweeper's pass rings it."""
+    pending, dirty = _keys(endpoint_id)
     token = secrets.token_hex(8)
-    lease_ms = int((SLICE_SECONDS + config.callback_timeout + LEASE_MARGIN) * 1000)
+    lease_ms = int((SLICE_SECONDS + LINGER_SECONDS + config.callback_timeout + LEASE_MARGIN) * 1000)
     try:
         connection = redis or get_redis()
-        if connection.set(_key(endpoint_id), token, nx=True, px=lease_ms):
+        pipe = connection.pipeline(transaction=True)
+        pipe.set(dirty, "1", px=lease_ms)
+        pipe.set(pending, token, nx=True, px=lease_ms)
+        _, won = pipe.execute()
+        if won:
             callback_queue(connection).enqueue(drain_callbacks, endpoint_id, token)
     except RedisError as exc:
         log.warning("could not ring the callbacks of endpoint %s: %s", endpoint_id, exc)
@@ -72,21 +86,31 @@ def ring_endpoint(endpoint_id: int, config: Config, redis: Redis | None = None) 
     return True
 
 
+# Only the holder releases, and reads (and clears) the dirty flag.
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return redis.call('GETDEL', KEYS[2])
+end
+return false
 """
 
 
 def drain_callbacks(endpoint_id: int, token: str) -> str:
-    """The RQ job."""
+    """The RQ job: deliver, lingering a moment for more; then give the key back, and ring
+    again if rung meanwhile (a change committed while it was finishing)."""
     config: Config = current_app.config["RATCHET"]
     redis = get_redis()
+    rung = False
     try:
-        sent = deliver_due(get_db(), get_box(), config, endpoint_id, utcnow)
+        with suppress(RedisError):
+            redis.delete(_keys(endpoint_id)[1])
+        sent = deliver_due(get_db(), get_box(), config, endpoint_id, utcnow, linger=LINGER_SECONDS)
     finally:
         with suppress(RedisError):  # else the key expires with its lease
-            redis.eval(_RELEASE, 1, _key(endpoint_id), token)
+            rung = bool(redis.eval(_RELEASE, 2, *_keys(endpoint_id), token))
+    if rung:
+        ring_endpoint(endpoint_id, config, redis)
     return f"endpoint {endpoint_id}: {sent} callbacks posted"
 
 
@@ -98,12 +122,15 @@ def deliver_due(
     clock: Callable[[], datetime] = utcnow,
     *,
     slice_seconds: float = SLICE_SECONDS,
+    linger: float = 0.0,
 ) -> int:
-    """Post what is due for one endpoint until nothing is, or the slice ends; returns how
-    many POSTs were made. `clock()` gives the time (the tests pass theirs)."""
+    """Post what is due for one endpoint until nothing has been for `linger` seconds, or
+    the slice ends; returns how many POSTs were made. `clock()` gives the time (the tests
+    pass theirs)."""
     lease = timedelta(seconds=config.callback_timeout + LEASE_MARGIN)
     ends = time.monotonic() + slice_seconds
     posted = 0
+    idle_since = time.monotonic()
     with ThreadPoolExecutor(config.callback_concurrency, "callback") as pool:
         while time.monotonic() < ends:
             now: datetime = clock()
@@ -117,7 +144,10 @@ def deliver_due(
                     session, endpoint_id, now, config.callback_concurrency, lease
                 )
             if not batch:
-                break
+                if time.monotonic() - idle_since >= linger:
+                    break
+                time.sleep(LINGER_POLL)
+                continue
             keys = signing.secrets
             answers = list(
                 pool.map(
@@ -152,6 +182,7 @@ def deliver_due(
                     )
             if stop:
                 break
+            idle_since = time.monotonic()
     return posted
 
 

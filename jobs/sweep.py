@@ -39,8 +39,10 @@ from app.repo.inbox import expire_parked, pending_status_ids
 from app.repo.queue import due_drains
 from jobs.alerts import AlertEvaluator
 from jobs.bulk import run_plan
+from jobs.callback_listener import CallbackListener
 from jobs.callbacks import ring_endpoint
 from jobs.drain import ring_identity
+from jobs.queues import build_redis
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +187,11 @@ def run_sweeper(
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     passes = 0
     evaluator = alerts if alerts is not None else AlertEvaluator(db, config)
+    listener = None
+    if db.engine.dialect.name == "postgresql":
+        # Rings callback drains as changes commit; this loop's pass is the safety net.
+        listener = CallbackListener(db.engine, config, build_redis(config.redis_url))
+        listener.start()
     try:
         while not stop.is_set():
             now = clock()
@@ -209,6 +216,10 @@ def run_sweeper(
                 break
             stop.wait(config.sweep_interval)
     finally:
+        if listener is not None:
+            listener.stop()
+            listener.join(timeout=5)
+            listener.redis.close()
         if alerts is None:
             evaluator.close()
         for sig, handler in previous.items():

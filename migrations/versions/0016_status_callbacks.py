@@ -7,8 +7,9 @@ so an applied change and its callbacks commit together or not at all, with no st
 and no round trip of ours. A refused or duplicate status changes no status and writes
 nothing; `queued -> sending` (a claim) is left out by the trigger's WHEN, so claims do not
 even call it. The sequence is the message's last one plus one, read under the row lock
-the UPDATE holds, so it only grows in commit order. SQLite (the demo) gets the tables and
-no trigger: callbacks are a PostgreSQL feature (docs/callbacks.md).
+the UPDATE holds, so it only grows in commit order. A NOTIFY on `ratchet_callbacks`
+(delivered at commit) names the endpoints that have something new. SQLite (the demo) gets
+the tables and no trigger: callbacks are a PostgreSQL feature (docs/callbacks.md).
 
 Revision ID: 0016
 Revises: 0013
@@ -36,6 +37,7 @@ DECLARE
     occurred timestamptz;
     seq integer;
     body jsonb;
+    rung text;
 BEGIN
     -- Nobody listens: one index probe, nothing written.
     IF NOT EXISTS (SELECT 1 FROM callback_endpoints WHERE tenant_id = NEW.tenant_id) THEN
@@ -78,15 +80,25 @@ BEGIN
             ) END
         )
     );
-    INSERT INTO callbacks (endpoint_id, message_id, sequence, event, payload, url,
-                           created_at, state, attempts, next_attempt_at)
-    SELECT e.id, NEW.id, seq, kind, body::json, NULL, occurred, 'pending', 0, occurred
-      FROM callback_endpoints e
-     WHERE e.tenant_id = NEW.tenant_id AND e.events::jsonb ? kind
-    UNION ALL
-    SELECT u.endpoint_id, NEW.id, seq, kind, body::json, u.url, occurred, 'pending', 0, occurred
-      FROM message_callback_urls u
-     WHERE u.message_id = NEW.id;
+    WITH written AS (
+        INSERT INTO callbacks (endpoint_id, message_id, sequence, event, payload, url,
+                               created_at, state, attempts, next_attempt_at)
+        SELECT e.id, NEW.id, seq, kind, body::json, NULL, occurred, 'pending', 0, occurred
+          FROM callback_endpoints e
+         WHERE e.tenant_id = NEW.tenant_id AND e.events::jsonb ? kind
+        UNION ALL
+        SELECT u.endpoint_id, NEW.id, seq, kind, body::json, u.url, occurred, 'pending', 0,
+               occurred
+          FROM message_callback_urls u
+         WHERE u.message_id = NEW.id
+        RETURNING endpoint_id
+    )
+    SELECT string_agg(DISTINCT endpoint_id::text, ',') INTO rung FROM written;
+    -- Delivered at commit, only if it commits: the sweeper's listener rings those
+    -- endpoints' drains at once (the sweeper's pass is the safety net).
+    IF rung IS NOT NULL THEN
+        PERFORM pg_notify('ratchet_callbacks', rung);
+    END IF;
     RETURN NULL;
 END
 $$
