@@ -155,23 +155,12 @@ def record_answer(
     disable_after: int,
     rng: random.Random | None = None,
 ) -> Recorded:
-    """1. Keep the attempt (status, latency, the body cut, escaped when shown).
-    2. The callback: delivered on 2xx; else due again after backoff (or Retry-After), or
-       given up once the retry window since the change has passed. Fenced on the attempt.
+    """1. The callback: delivered on 2xx; else due again after backoff (or Retry-After), or
+       given up once the retry window since the change has passed. Fenced on the attempt
+       (and so on the row still being there: its endpoint may have been deleted).
+    2. Keep the attempt (status, latency, the body cut, escaped when shown).
     3. The endpoint: a 2xx ends its run of failures; a 410 disables it ("gone"); the
        `disable_after`-th failure in a row disables it ("failing")."""
-    body = answer.body[:KEPT_BODY_CHARS] if answer.body is not None else None
-    session.add(
-        CallbackAttempt(
-            callback_id=callback.id,
-            endpoint_id=endpoint_id,
-            attempted_at=now,
-            http_status=answer.status,
-            latency_ms=answer.latency_ms,
-            response_body=body,
-            error=answer.error,
-        )
-    )
     fence = [Callback.id == callback.id, Callback.attempts == callback.attempt]
     values: dict[str, Any] = {"last_status": answer.status, "last_error": answer.error}
     if answer.is_success:
@@ -192,8 +181,20 @@ def record_answer(
         .execution_options(synchronize_session=False),
     )
     if changed != 1:
-        session.flush()
+        # Taken over by a re-claim, or deleted with its endpoint meanwhile: nothing kept.
         return Recorded(stale=True)
+    body = answer.body[:KEPT_BODY_CHARS] if answer.body is not None else None
+    session.add(
+        CallbackAttempt(
+            callback_id=callback.id,
+            endpoint_id=endpoint_id,
+            attempted_at=now,
+            http_status=answer.status,
+            latency_ms=answer.latency_ms,
+            response_body=body,
+            error=answer.error,
+        )
+    )
     return Recorded(False, _note_endpoint(session, endpoint_id, answer, now, disable_after))
 
 

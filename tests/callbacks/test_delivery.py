@@ -14,7 +14,8 @@ from sqlalchemy import select
 
 from app.callback_models import DELIVERED, GAVE_UP, PENDING, CallbackAttempt
 from app.db import Database
-from app.repo.callback_endpoints import get_endpoint, update_endpoint
+from app.repo import callback_outbox as outbox_repo
+from app.repo.callback_endpoints import delete_endpoint, get_endpoint, update_endpoint
 from jobs.callbacks import deliver_due
 
 from ..factories import World, make_world
@@ -195,3 +196,30 @@ def test_another_tenants_endpoint_never_receives_this_tenants_callbacks(
         assert other.seen == []
     finally:
         other.stop()
+
+
+def test_an_endpoint_deleted_while_its_callback_is_in_flight_leaves_the_record_nothing_to_do(
+    app: Flask, committed_db: Database, world: World, receiver: Receiver
+) -> None:
+    """Found by bench/callbacks.py: the record of a POST whose endpoint was deleted
+    meanwhile failed on the attempt's foreign key, and the drain died."""
+    db = committed_db
+    endpoint_id = add_endpoint(db, world, receiver)
+    delivered_message(db, world, "wamid.D10")
+    with db.transaction() as session:
+        (claimed, *_) = outbox_repo.claim_due(session, endpoint_id, at(10), 4, timedelta(1))
+    with db.transaction() as session:
+        row = get_endpoint(session, None, endpoint_id)
+        assert row is not None
+        delete_endpoint(session, row)
+    with db.transaction() as session:
+        recorded = outbox_repo.record_answer(
+            session,
+            claimed,
+            endpoint_id,
+            outbox_repo.Answer(200, 5, "ok"),
+            at(11),
+            retry_window=timedelta(days=1),
+            disable_after=50,
+        )
+    assert recorded.stale and outbox(db) == []
