@@ -18,7 +18,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import suppress
 from datetime import datetime, timedelta
 
@@ -129,61 +129,91 @@ def deliver_due(
     pass theirs)."""
     lease = timedelta(seconds=config.callback_timeout + LEASE_MARGIN)
     ends = time.monotonic() + slice_seconds
-    posted = 0
+    width = config.callback_concurrency
+    posted, stop = 0, False
     idle_since = time.monotonic()
-    with ThreadPoolExecutor(config.callback_concurrency, "callback") as pool:
-        while time.monotonic() < ends:
-            now: datetime = clock()
-            with db.transaction() as session:
-                endpoint = get_endpoint(session, None, endpoint_id)
-                if endpoint is None or not endpoint.enabled:
-                    break
-                signing = signing_secrets(box, endpoint, now)
-                url = endpoint.url
-                batch = outbox.claim_due(
-                    session, endpoint_id, now, config.callback_concurrency, lease
-                )
-            if not batch:
-                if time.monotonic() - idle_since >= linger:
+    in_flight: dict[Future[outbox.Answer], outbox.Claimed] = {}
+    with ThreadPoolExecutor(width, "callback") as pool:
+        while True:
+            # 1. Claim more while half the threads or more are free (or none is busy), so
+            #    POSTs stay in flight without a barrier per batch and claims stay few.
+            free = width - len(in_flight)
+            if not stop and time.monotonic() < ends and (free * 2 >= width or not in_flight):
+                claimed, url, keys = _claim(db, box, endpoint_id, clock(), free, lease)
+                if url is None:
+                    stop = True
+                for callback in claimed:
+                    in_flight[pool.submit(_post, config, callback, url or "", keys)] = callback
+                if claimed:
+                    idle_since = time.monotonic()
+            if not in_flight:
+                lingered = time.monotonic() - idle_since >= linger
+                if stop or time.monotonic() >= ends or lingered:
                     break
                 time.sleep(LINGER_POLL)
                 continue
-            keys = signing.secrets
-            answers = list(
-                pool.map(
-                    _post, [config] * len(batch), batch, [url] * len(batch), [keys] * len(batch)
-                )
-            )
-            posted += len(batch)
-            stop = False
-            for callback, answer in zip(batch, answers, strict=True):
-                with db.transaction() as session:
-                    recorded = outbox.record_answer(
-                        session,
-                        callback,
-                        endpoint_id,
-                        answer,
-                        clock(),
-                        retry_window=timedelta(seconds=config.callback_retry_window),
-                        disable_after=config.callback_disable_after,
-                    )
-                result = "delivered" if answer.is_success else "failed"
-                instruments.CALLBACK_POSTS.labels(str(endpoint_id), result).inc()
-                if recorded.disabled:
-                    log.warning("callback endpoint %s disabled: %s", endpoint_id, recorded.disabled)
-                    stop = True
-                elif not answer.is_success:
-                    log.info(
-                        "callback %s to endpoint %s (attempt %s) failed: %s",
-                        callback.webhook_id,
-                        endpoint_id,
-                        callback.attempt,
-                        answer.error or f"HTTP {answer.status}",
-                    )
-            if stop:
-                break
-            idle_since = time.monotonic()
+            # 2. Record what has answered, in one transaction.
+            timeout = LINGER_POLL if width > len(in_flight) else None
+            done, _ = wait(list(in_flight), timeout=timeout, return_when=FIRST_COMPLETED)
+            if done:
+                answered = [(in_flight.pop(future), future.result()) for future in done]
+                posted += len(answered)
+                stop = _record(db, config, endpoint_id, answered, clock()) or stop
     return posted
+
+
+def _claim(
+    db: Database,
+    box: SecretBox,
+    endpoint_id: int,
+    now: datetime,
+    limit: int,
+    lease: timedelta,
+) -> tuple[list[outbox.Claimed], str | None, list[str]]:
+    """(claimed callbacks, the endpoint's URL, its secrets); no URL: gone or disabled."""
+    with db.transaction() as session:
+        endpoint = get_endpoint(session, None, endpoint_id)
+        if endpoint is None or not endpoint.enabled:
+            return [], None, []
+        keys = signing_secrets(box, endpoint, now).secrets
+        return outbox.claim_due(session, endpoint_id, now, limit, lease), endpoint.url, keys
+
+
+def _record(
+    db: Database,
+    config: Config,
+    endpoint_id: int,
+    answered: list[tuple[outbox.Claimed, outbox.Answer]],
+    now: datetime,
+) -> bool:
+    """Record answers together; True when one of them disabled the endpoint."""
+    disabled = None
+    with db.transaction() as session:
+        for callback, answer in answered:
+            recorded = outbox.record_answer(
+                session,
+                callback,
+                endpoint_id,
+                answer,
+                now,
+                retry_window=timedelta(seconds=config.callback_retry_window),
+                disable_after=config.callback_disable_after,
+            )
+            disabled = disabled or recorded.disabled
+    for callback, answer in answered:
+        result = "delivered" if answer.is_success else "failed"
+        instruments.CALLBACK_POSTS.labels(str(endpoint_id), result).inc()
+        if not answer.is_success:
+            log.info(
+                "callback %s to endpoint %s (attempt %s) failed: %s",
+                callback.webhook_id,
+                endpoint_id,
+                callback.attempt,
+                answer.error or f"HTTP {answer.status}",
+            )
+    if disabled:
+        log.warning("callback endpoint %s disabled: %s", endpoint_id, disabled)
+    return disabled is not None
 
 
 def _post(
