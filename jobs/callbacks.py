@@ -26,6 +26,7 @@ from flask import current_app
 from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
+from sqlalchemy.exc import SQLAlchemyError
 
 from app import instruments
 from app.callback_signing import encode_body, headers
@@ -188,18 +189,25 @@ def _record(
 ) -> bool:
     """Record answers together; True when one of them disabled the endpoint."""
     disabled = None
-    with db.transaction() as session:
-        for callback, answer in answered:
-            recorded = outbox.record_answer(
-                session,
-                callback,
-                endpoint_id,
-                answer,
-                now,
-                retry_window=timedelta(seconds=config.callback_retry_window),
-                disable_after=config.callback_disable_after,
-            )
-            disabled = disabled or recorded.disabled
+    try:
+        with db.transaction() as session:
+            if not outbox.lock_endpoint(session, endpoint_id):
+                return True  # deleted meanwhile, with its callbacks
+            for callback, answer in answered:
+                recorded = outbox.record_answer(
+                    session,
+                    callback,
+                    endpoint_id,
+                    answer,
+                    now,
+                    retry_window=timedelta(seconds=config.callback_retry_window),
+                    disable_after=config.callback_disable_after,
+                )
+                disabled = disabled or recorded.disabled
+    except SQLAlchemyError as exc:
+        # The rows stay leased and go out again when their lease ends (same webhook-id).
+        log.warning("callback answers of endpoint %s not recorded: %s", endpoint_id, exc)
+        return True
     for callback, answer in answered:
         result = "delivered" if answer.is_success else "failed"
         instruments.CALLBACK_POSTS.labels(str(endpoint_id), result).inc()

@@ -138,6 +138,18 @@ class Answer:
         return self.status is not None and 200 <= self.status < 300
 
 
+def lock_endpoint(session: Session, endpoint_id: int) -> bool:
+    """Before recording answers: the endpoint's row, locked first (False: deleted). A
+    delete locks it, then its callbacks (the cascade); a record that locked callbacks
+    first, then the endpoint to count its failures, deadlocked with it."""
+    query = (
+        select(CallbackEndpoint.id)
+        .where(CallbackEndpoint.id == endpoint_id)
+        .with_for_update(key_share=True)
+    )
+    return session.scalar(query) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class Recorded:
     stale: bool  # a re-claim took the row over: this record changed nothing
