@@ -5,8 +5,9 @@ reference library, applies a callback once per `webhook-id` (a repeat is acknowl
 dropped), and keeps what it applied in order. `script` makes it misbehave, one action per
 POST in turn ("ok" once it runs out): an HTTP status (with headers), `hang` (answers only
 after `hang_seconds`, by when the sender has given up; it applied it all the same),
-`block` (never answers: the test kills the sender), `huge` (200 and a body without end),
-`redirect` (a 302 elsewhere).
+`block` (never answers: the test kills the sender), `slow` (200 after `slow_seconds`,
+inside the sender's deadline), `huge` (200 and a body without end), `redirect` (a 302
+elsewhere).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Receiver:
     secret: str = ""
     script: list[Action] = field(default_factory=list)
     hang_seconds: float = 2.0
+    slow_seconds: float = 0.2
     port: int = 0
     seen: list[Seen] = field(default_factory=list)
     applied: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -92,7 +94,7 @@ class Receiver:
             self.seen.append(Seen(webhook_id, verified, body, request.path))
             # A receiver applies what verifies, once per id, unless it is failing.
             applies = verified and (
-                action in ("ok", "hang", "block", "huge")
+                action in ("ok", "hang", "block", "huge", "slow")
                 or (isinstance(action, int) and 200 <= action < 300)
             )
             if applies and webhook_id not in self.applied:
@@ -103,6 +105,8 @@ class Receiver:
             return
         if action == "hang":
             time.sleep(self.hang_seconds)
+        if action == "slow":
+            time.sleep(self.slow_seconds)
         if action == "huge":
             request.send_response(200)
             request.send_header("Content-Type", "text/plain")

@@ -56,7 +56,7 @@ def test_every_change_arrives_once_verified_and_in_order_through_failures_and_ti
     app: Flask, committed_db: Database, world: World, receiver: Receiver
 ) -> None:
     db = committed_db
-    receiver.script = [500, "hang", (503, {"Retry-After": "120"}), "redirect", 502, "hang"]
+    receiver.script = [500, "slow", "hang", (503, {"Retry-After": "120"}), "redirect", 502, "hang"]
     endpoint_id = add_endpoint(db, world, receiver)
     first = delivered_message(db, world, "wamid.D1")
     second = failed_message(db, world)
