@@ -27,7 +27,7 @@ from app.callback_models import (
     CallbackAttempt,
     CallbackEndpoint,
 )
-from app.models import Message, Tenant
+from app.models import Tenant
 from app.repo.sql import rows_changed
 
 # Backoff between attempts: 5 s doubling to at most an hour, each stretched by up to 30%
@@ -329,7 +329,3 @@ def backlogs(session: Session) -> list[Backlog]:
         .order_by(CallbackEndpoint.id)
     )
     return [Backlog(*row) for row in session.execute(query)]
-
-
-def tenant_of_message(session: Session, message_id: int) -> int | None:
-    return session.scalar(select(Message.tenant_id).where(Message.id == message_id))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
@@ -139,6 +139,3 @@ def run_until_settled(
 
 def with_config(app: Flask, **changes: object) -> Config:
     return dataclasses.replace(app.config["RATCHET"], **changes)
-
-
-Clock = Callable[[], datetime]

@@ -12,6 +12,7 @@ from app.repo.callback_endpoints import get_endpoint, update_endpoint
 from jobs.alerts import AlertEvaluator
 
 from ..factories import make_world
+from ..views.dashboard_world import make_staff, sign_in
 from .conftest import add_endpoint, at, delivered_message, run_until_settled
 from .receiver import Receiver
 
@@ -38,6 +39,13 @@ def test_an_endpoint_disabled_by_its_answers_fires_an_alert_that_enabling_clears
     try:
         fired = evaluator.run(utcnow())
         assert fired.fired == [f"callbacks_disabled:{endpoint_id}"]
+        # The alerts page and the banner show it (an alert about no identity).
+        make_staff(db, "viewer@acme.test", "viewer", world.tenant_id)
+        client = app.test_client()
+        sign_in(client, "viewer@acme.test")
+        page = client.get("/alerts").get_data(as_text=True)
+        assert "Callback endpoint disabled" in page
+        assert f"callback endpoint {endpoint_id} (127.0.0.1) disabled: gone" in page
         with db.transaction() as session:
             endpoint = get_endpoint(session, None, endpoint_id)
             assert endpoint is not None
