@@ -78,6 +78,7 @@ class Config:
     callback_allow_hosts: tuple[str, ...] = ()  # may use http and non-public addresses
     callback_timeout: float = 10.0  # one POST, whole (connect to last byte)
     callback_concurrency: int = 16  # POSTs in flight per endpoint
+    callback_rate: int = 0  # POSTs started per second per endpoint, at most (0: no limit)
     callback_retry_window: float = 86400.0  # retried this long after the change, then given up
     callback_disable_after: int = 50  # failed attempts in a row that disable an endpoint
     # Request limits.
@@ -147,6 +148,7 @@ class Config:
             ),
             "callback_timeout": env_float(env, "RATCHET_CALLBACK_TIMEOUT", 10.0),
             "callback_concurrency": env_int(env, "RATCHET_CALLBACK_CONCURRENCY", 16),
+            "callback_rate": env_int(env, "RATCHET_CALLBACK_RATE", 0),
             "callback_retry_window": env_float(env, "RATCHET_CALLBACK_RETRY_WINDOW", 86400.0),
             "callback_disable_after": env_int(env, "RATCHET_CALLBACK_DISABLE_AFTER", 50),
             "metrics_token": env.get("RATCHET_METRICS_TOKEN") or None,

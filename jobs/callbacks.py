@@ -17,9 +17,11 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import suppress
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from flask import current_app
@@ -51,6 +53,33 @@ SLICE_SECONDS = 5.0
 LINGER_SECONDS, LINGER_POLL = 1.0, 0.05
 # Beyond the POST's own deadline, before a claimed row is due again (a killed worker).
 LEASE_MARGIN = 30.0
+
+
+@dataclass
+class Pace:
+    """At most `rate` POSTs start in any one second (a sliding window on the monotonic
+    clock); a rate of 0 sets no limit. One drain per endpoint at a time, so its own count
+    is the endpoint's."""
+
+    rate: int
+    starts: deque[float] = field(default_factory=deque)
+
+    def free(self, now: float) -> int:
+        if self.rate <= 0:
+            return 1 << 30
+        while self.starts and now - self.starts[0] >= 1.0:
+            self.starts.popleft()
+        return max(0, self.rate - len(self.starts))
+
+    def took(self, now: float, count: int) -> None:
+        if self.rate > 0:
+            self.starts.extend([now] * count)
+
+    def wait(self, now: float) -> float:
+        """Seconds until a slot frees (0 when one is free)."""
+        if self.free(now) > 0:
+            return 0.0
+        return max(0.0, self.starts[0] + 1.0 - now)
 
 
 def callback_queue(redis: Redis | None = None) -> Queue:
@@ -131,6 +160,7 @@ def deliver_due(
     lease = timedelta(seconds=config.callback_timeout + LEASE_MARGIN)
     ends = time.monotonic() + slice_seconds
     width = config.callback_concurrency
+    pace = Pace(config.callback_rate)
     posted, stop = 0, False
     idle_since = time.monotonic()
     in_flight: dict[Future[outbox.Answer], outbox.Claimed] = {}
@@ -138,15 +168,23 @@ def deliver_due(
         while True:
             # 1. Claim more while half the threads or more are free (or none is busy), so
             #    POSTs stay in flight without a barrier per batch and claims stay few.
+            #    Never more than the endpoint's rate allows to start in a second.
             free = width - len(in_flight)
+            allowed = min(free, pace.free(time.monotonic()))
             if not stop and time.monotonic() < ends and (free * 2 >= width or not in_flight):
-                claimed, url, keys = _claim(db, box, endpoint_id, clock(), free, lease)
-                if url is None:
-                    stop = True
-                for callback in claimed:
-                    in_flight[pool.submit(_post, config, callback, url or "", keys)] = callback
-                if claimed:
-                    idle_since = time.monotonic()
+                if allowed > 0:
+                    claimed, url, keys = _claim(db, box, endpoint_id, clock(), allowed, lease)
+                    if url is None:
+                        stop = True
+                    pace.took(time.monotonic(), len(claimed))
+                    for callback in claimed:
+                        in_flight[pool.submit(_post, config, callback, url or "", keys)] = callback
+                    if claimed:
+                        idle_since = time.monotonic()
+                elif not in_flight:
+                    time.sleep(min(pace.wait(time.monotonic()), 1.0))
+                    idle_since = time.monotonic()  # held back by the rate, not idle
+                    continue
             if not in_flight:
                 lingered = time.monotonic() - idle_since >= linger
                 if stop or time.monotonic() >= ends or lingered:
