@@ -30,6 +30,7 @@ class Seen:
     verified: bool
     body: dict[str, Any] | None
     path: str
+    signature: str = ""
 
 
 @dataclass
@@ -91,7 +92,8 @@ class Receiver:
         with self.lock:
             action: Action = self.script.pop(0) if self.script else "ok"
             webhook_id = headers.get("webhook-id", "")
-            self.seen.append(Seen(webhook_id, verified, body, request.path))
+            signature = headers.get("webhook-signature", "")
+            self.seen.append(Seen(webhook_id, verified, body, request.path, signature))
             # A receiver applies what verifies, once per id, unless it is failing.
             applies = verified and (
                 action in ("ok", "hang", "block", "huge", "slow")
