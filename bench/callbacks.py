@@ -15,6 +15,10 @@ The lag of a callback: when the receiver got it, less when Ratchet received the 
 that applied its change (the event's receipt time), both on this machine's clock.
 
     .venv/bin/python bench/callbacks.py [--deliveries 1500] [--rounds 4] [--concurrency 4]
+        [--no-delivery]
+
+`--no-delivery` runs no callbacks worker and no sweeper: the `on` side pays for the outbox
+write alone.
 
 Uses the database and Redis of bench/common.py. Exits non-zero only if something broke.
 """
@@ -139,6 +143,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds per delay")
     parser.add_argument("--concurrency", type=int, default=4, help="connections at once (4)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers per side (2)")
+    parser.add_argument(
+        "--no-delivery",
+        action="store_true",
+        help="no callbacks worker and no sweeper: the outbox write alone (no lag measured)",
+    )
     args = parser.parse_args()
 
     header("status callbacks: webhook intake with callbacks on against off, and their lag")
@@ -154,14 +163,15 @@ def main() -> int:
             db = get_db()
             identity_id = create_world(db)
             create_history(db, identity_id, HISTORY)
-            processes.flask("callbacks", ["worker", "--lane", "callbacks"], process_env())
-            processes.flask("sweeper", ["sweep"], process_env())
+            if not args.no_delivery:
+                processes.flask("callbacks", ["worker", "--lane", "callbacks"], process_env())
+                processes.flask("sweeper", ["sweep"], process_env())
             off, on = Side("off", "wsgi:app"), Side("on", "wsgi:app")
             for side in (off, on):
                 start_side(processes, side, args.workers)
                 run_round(processes, side, db, identity_id, "warm", WARMUP, args.concurrency, False)
             per_round = max(1, args.deliveries // args.rounds)
-            for delay in (0.0, 0.2):
+            for delay in (0.0,) if args.no_delivery else (0.0, 0.2):
                 receiver.delay = delay
                 off, on = (
                     Side("off", off.wsgi, off.port, off.process),
@@ -179,6 +189,9 @@ def main() -> int:
                             processes, side, db, identity_id, tag, per_round, args.concurrency
                         )
                         if endpoint is None:
+                            continue
+                        if args.no_delivery:
+                            delete_endpoint(db, endpoint)
                             continue
                         applied = applied_times(db, endpoint)
                         if len(applied) != per_round:
@@ -215,11 +228,14 @@ def main() -> int:
     for delay, off, on, lags in results:
         ratio = on.rate / off.rate
         worst = ratio if worst is None else min(worst, ratio)
-        print(
-            f"| after {int(delay * 1000)} ms | {off.rate:.1f} | {on.rate:.1f} | {ratio:.2f}x | "
+        lag = (
             f"{1000 * percentile(lags, 50):.0f} ms | {1000 * percentile(lags, 99):.0f} ms | "
-            f"{1000 * max(lags):.0f} ms |"
+            f"{1000 * max(lags):.0f} ms"
+            if lags
+            else "- | - | -"
         )
+        answers = "(no delivery)" if args.no_delivery else f"after {int(delay * 1000)} ms"
+        print(f"| {answers} | {off.rate:.1f} | {on.rate:.1f} | {ratio:.2f}x | {lag} |")
     print()
     assert worst is not None
     print(goal(f">= {GOAL_RATIO}x of off", worst >= GOAL_RATIO, f"{GOAL_RATIO - worst:.2f}x"))
