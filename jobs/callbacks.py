@@ -225,13 +225,18 @@ def _record(
     answered: list[tuple[outbox.Claimed, outbox.Answer]],
     now: datetime,
 ) -> bool:
-    """Record answers together; True when one of them disabled the endpoint."""
+    """Record answers together, the 2xx ones in three statements; True when one of them
+    disabled the endpoint (or it is gone)."""
     disabled = None
     try:
         with db.transaction() as session:
             if not outbox.lock_endpoint(session, endpoint_id):
                 return True  # deleted meanwhile, with its callbacks
+            succeeded = [(c, a) for c, a in answered if a.is_success]
+            outbox.record_delivered(session, endpoint_id, succeeded, now)
             for callback, answer in answered:
+                if answer.is_success:
+                    continue
                 recorded = outbox.record_answer(
                     session,
                     callback,

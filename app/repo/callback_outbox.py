@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, exists, func, select, update
+from sqlalchemy import Table, case, exists, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session, aliased
 
 from app.callback_models import (
@@ -210,17 +210,67 @@ def record_answer(
     return Recorded(False, _note_endpoint(session, endpoint_id, answer, now, disable_after))
 
 
+def record_delivered(
+    session: Session, endpoint_id: int, delivered: list[tuple[Claimed, Answer]], now: datetime
+) -> int:
+    """The 2xx answers of a drain's step, in three statements whatever their number: the
+    callbacks delivered (each fenced on its attempt, as `record_answer` does), their attempt
+    rows, and the endpoint's run of failures ended. Returns how many were recorded."""
+    if not delivered:
+        return 0
+    statuses = {callback.id: answer.status for callback, answer in delivered}
+    fence = [(callback.id, callback.attempt) for callback, _ in delivered]
+    changed = set(
+        session.scalars(
+            update(Callback)
+            .where(tuple_(Callback.id, Callback.attempts).in_(fence), Callback.state == PENDING)
+            .values(
+                state=DELIVERED,
+                delivered_at=now,
+                last_status=case(statuses, value=Callback.id),
+                last_error=None,
+            )
+            .returning(Callback.id)
+            .execution_options(synchronize_session=False)
+        )
+    )
+    if not changed:
+        return 0
+    session.execute(
+        insert(CallbackAttempt),
+        [
+            {
+                "callback_id": callback.id,
+                "endpoint_id": endpoint_id,
+                "attempted_at": now,
+                "http_status": answer.status,
+                "latency_ms": answer.latency_ms,
+                "response_body": answer.body[:KEPT_BODY_CHARS] if answer.body else answer.body,
+                "error": None,
+            }
+            for callback, answer in delivered
+            if callback.id in changed
+        ],
+    )
+    _end_failure_run(session, endpoint_id)
+    return len(changed)
+
+
+def _end_failure_run(session: Session, endpoint_id: int) -> None:
+    session.execute(
+        update(CallbackEndpoint)
+        .where(CallbackEndpoint.id == endpoint_id, CallbackEndpoint.failures_in_row != 0)
+        .values(failures_in_row=0)
+        .execution_options(synchronize_session=False)
+    )
+
+
 def _note_endpoint(
     session: Session, endpoint_id: int, answer: Answer, now: datetime, disable_after: int
 ) -> str | None:
     endpoints = cast(Table, CallbackEndpoint.__table__)
     if answer.is_success:
-        session.execute(
-            update(CallbackEndpoint)
-            .where(CallbackEndpoint.id == endpoint_id, CallbackEndpoint.failures_in_row != 0)
-            .values(failures_in_row=0)
-            .execution_options(synchronize_session=False)
-        )
+        _end_failure_run(session, endpoint_id)
         return None
     failures = session.execute(
         update(endpoints)
