@@ -4,14 +4,21 @@ backlog and its recent POSTs, and the replays and re-enabling, each audited."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.callback_models import PENDING, Callback, CallbackEndpoint
-from app.repo.callback_endpoints import get_endpoint, list_endpoints, update_endpoint
+from app.crypto import SecretBox
+from app.repo.callback_endpoints import (
+    create_endpoint,
+    get_endpoint,
+    list_endpoints,
+    roll_secret,
+    update_endpoint,
+)
 from app.repo.callback_outbox import recent_attempts, replay_callback, replay_since
 from app.repo.staff import record_audit
 
@@ -92,6 +99,55 @@ def replay_from(
         tenant_id=endpoint.tenant_id,
     )
     return count
+
+
+def add_endpoint(
+    session: Session,
+    box: SecretBox,
+    tenant_id: int,
+    url: str,
+    host: str,
+    events: list[str],
+    actor: str,
+    now: datetime,
+) -> tuple[CallbackEndpoint, str]:
+    """(the endpoint, its secret in clear: shown once)."""
+    endpoint, secret = create_endpoint(
+        session, box, tenant_id=tenant_id, url=url, host=host, events=events, now=now
+    )
+    record_audit(
+        session,
+        actor,
+        "callback_endpoint.create",
+        f"callback_endpoint:{endpoint.id}",
+        now,
+        {"url": url, "events": endpoint.events},
+        tenant_id=tenant_id,
+    )
+    return endpoint, secret
+
+
+def roll(
+    session: Session,
+    box: SecretBox,
+    tenant_id: int | None,
+    endpoint_id: int,
+    overlap: timedelta,
+    actor: str,
+    now: datetime,
+) -> tuple[CallbackEndpoint, str]:
+    endpoint = _endpoint(session, tenant_id, endpoint_id)
+    secret = roll_secret(session, box, endpoint, now, overlap)
+    record_audit(
+        session,
+        actor,
+        "callback_endpoint.roll_secret",
+        f"callback_endpoint:{endpoint.id}",
+        now,
+        {"overlap_seconds": int(overlap.total_seconds())},
+        tenant_id=endpoint.tenant_id,
+    )
+    return endpoint, secret
 
 
 def set_enabled(

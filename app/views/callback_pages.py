@@ -5,15 +5,18 @@ post the same `webhook-id` again: a receiver that deduplicates applies nothing t
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from flask import current_app, flash, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import NotFound
 
 from app.auth import requires_role, staff, tenant_scope
+from app.callback_urls import CallbackUrlError, validate_callback_url
+from app.crypto import get_box
 from app.db import get_db
 from app.repo import callback_page as page
+from app.repo.callback_endpoints import EVENTS, EndpointError
 from app.sendrequest import MAX_ID
 from app.views.pages import now, scope_args, staff_blueprint
 from jobs.callbacks import ring_endpoint
@@ -29,12 +32,69 @@ def _ring(endpoint_id: int) -> None:
     ring_endpoint(endpoint_id, current_app.config["RATCHET"])  # else the sweeper's pass
 
 
+def _page(shown: dict[str, str] | None = None, status: int = 200) -> ResponseReturnValue:
+    with get_db().transaction() as session:
+        rows = page.endpoint_rows(session, tenant_scope())
+    context = {"rows": rows, "now": now(), "shown": shown, "events": EVENTS}
+    return render_template("callbacks/index.html", **context), status
+
+
 @bp.get("/callbacks")
 @requires_role("admin")
 def index() -> ResponseReturnValue:
-    with get_db().transaction() as session:
-        rows = page.endpoint_rows(session, tenant_scope())
-    return render_template("callbacks/index.html", rows=rows, now=now())
+    return _page()
+
+
+@bp.post("/callbacks")
+@requires_role("admin")
+def create() -> ResponseReturnValue:
+    """Register an endpoint for the tenant in scope; its secret is on this answer only."""
+    tenant_id = tenant_scope()
+    if tenant_id is None:
+        flash("Choose a tenant first: an endpoint belongs to one.", "error")
+        return _back()
+    events = [e for e in request.form.getlist("events") if e in EVENTS] or list(EVENTS)
+    try:
+        target = validate_callback_url(
+            request.form.get("url", "").strip(), current_app.config["RATCHET"].callback_allow_hosts
+        )
+        with get_db().transaction() as session:
+            endpoint, secret = page.add_endpoint(
+                session,
+                get_box(),
+                tenant_id,
+                target.url,
+                target.host,
+                events,
+                staff().email,
+                now(),
+            )
+            shown = {"what": f"Endpoint {endpoint.id} registered", "secret": secret}
+    except (CallbackUrlError, EndpointError) as exc:
+        flash(f"Not registered: {exc}", "error")
+        return _page(status=400)
+    return _page(shown)
+
+
+@bp.post("/callbacks/<int:endpoint_id>/roll-secret")
+@requires_role("admin")
+def roll(endpoint_id: int) -> ResponseReturnValue:
+    """A new secret, on this answer only; the old one signs beside it for a day."""
+    try:
+        with get_db().transaction() as session:
+            endpoint, secret = page.roll(
+                session,
+                get_box(),
+                tenant_scope(),
+                endpoint_id,
+                timedelta(days=1),
+                staff().email,
+                now(),
+            )
+            shown = {"what": f"Endpoint {endpoint.id}'s secret rolled", "secret": secret}
+    except page.NotYoursError:
+        raise NotFound() from None
+    return _page(shown)
 
 
 @bp.post("/callbacks/<int:endpoint_id>/replay")

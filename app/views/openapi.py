@@ -53,6 +53,7 @@ INTERNAL = {
     "/callbacks/<int:endpoint_id>/replay",
     "/callbacks/<int:endpoint_id>/replay-since",
     "/callbacks/<int:endpoint_id>/enable",
+    "/callbacks/<int:endpoint_id>/roll-secret",
 }
 
 
