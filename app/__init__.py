@@ -86,4 +86,10 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(provider_events.bp)
     app.register_blueprint(staff_admin.bp)
     app.register_blueprint(tenant_settings.bp)
+    # Status callbacks: the API's endpoints (by key, no CSRF) and the admins' pages.
+    from app.views import callback_api, callback_pages
+
+    auth.csrf.exempt(callback_api.bp)
+    app.register_blueprint(callback_api.bp)
+    app.register_blueprint(callback_pages.bp)
     return app

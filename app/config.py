@@ -74,6 +74,13 @@ class Config:
     alert_dwell_hours: float = 6.0  # `sent` with no `delivered` for longer than this
     alert_dead_letters: int = 50  # failed messages per identity within the window below
     alert_dead_letter_window: float = 600.0
+    # Status callbacks (docs/callbacks.md); seconds unless named otherwise.
+    callback_allow_hosts: tuple[str, ...] = ()  # may use http and non-public addresses
+    callback_timeout: float = 10.0  # one POST, whole (connect to last byte)
+    callback_concurrency: int = 16  # POSTs in flight per endpoint
+    callback_rate: int = 0  # POSTs started per second per endpoint, at most (0: no limit)
+    callback_retry_window: float = 86400.0  # retried this long after the change, then given up
+    callback_disable_after: int = 50  # failed attempts in a row that disable an endpoint
     # Request limits.
     max_api_body: int = 64 * 1024
     max_webhook_body: int = 1024 * 1024
@@ -137,6 +144,16 @@ class Config:
             "alert_dwell_hours": env_float(env, "RATCHET_ALERT_DWELL_HOURS", 6.0),
             "alert_dead_letters": env_int(env, "RATCHET_ALERT_DEAD_LETTERS", 50),
             "alert_dead_letter_window": env_float(env, "RATCHET_ALERT_DEAD_LETTER_WINDOW", 600.0),
+            "callback_allow_hosts": tuple(
+                host.strip().lower()
+                for host in env.get("RATCHET_CALLBACK_ALLOW_HOSTS", "").split(",")
+                if host.strip()
+            ),
+            "callback_timeout": env_float(env, "RATCHET_CALLBACK_TIMEOUT", 10.0),
+            "callback_concurrency": env_int(env, "RATCHET_CALLBACK_CONCURRENCY", 16),
+            "callback_rate": env_int(env, "RATCHET_CALLBACK_RATE", 0),
+            "callback_retry_window": env_float(env, "RATCHET_CALLBACK_RETRY_WINDOW", 86400.0),
+            "callback_disable_after": env_int(env, "RATCHET_CALLBACK_DISABLE_AFTER", 50),
             "metrics_token": env.get("RATCHET_METRICS_TOKEN") or None,
             "prometheus_multiproc_dir": env.get("PROMETHEUS_MULTIPROC_DIR") or None,
             "trusted_proxies": env_int(env, "RATCHET_TRUSTED_PROXIES", 0),

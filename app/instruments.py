@@ -96,6 +96,13 @@ DB_REPLACED = Counter(
     ["reason"],
     registry=None,
 )
+CALLBACK_POSTS = Counter(
+    "ratchet_callback_posts",
+    "Status callback POSTs by endpoint and result: delivered (2xx), failed (any other "
+    "answer, a timeout, a refused connection or address).",
+    ["endpoint", "result"],
+    registry=None,
+)
 
 ALL = (
     SENDS,
@@ -108,6 +115,7 @@ ALL = (
     PACING_WAIT_SECONDS,
     DB_PINGS,
     DB_REPLACED,
+    CALLBACK_POSTS,
 )
 
 

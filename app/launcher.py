@@ -73,6 +73,7 @@ def processes(port: int, sandbox_port: int) -> dict[str, list[str]]:
         "web": [*web, "wsgi:app"],
         "reply": flask_command("worker", "--lane", "reply"),
         "campaign": flask_command("worker", "--lane", "campaign"),
+        "callbacks": flask_command("worker", "--lane", "callbacks"),
         "sweeper": flask_command("sweep"),
         "sandbox": flask_command("sandbox", "--port", str(sandbox_port)),
         "demo": flask_command("demo", "--sandbox-url", sandbox_url),

@@ -28,6 +28,7 @@ from app import instruments
 from app.db import Database
 from app.repo.alert_signals import KINDS as ALERT_KINDS
 from app.repo.alerts import firing_alerts
+from app.repo.callback_outbox import backlogs
 from app.repo.metrics import identity_labels, lane_queues, messages_by_state
 
 log = logging.getLogger(__name__)
@@ -120,8 +121,48 @@ def alert_families(session: Session, now: datetime) -> Iterable[Metric]:
     return [by_kind, each]
 
 
+def callback_families(session: Session, now: datetime) -> Iterable[Metric]:
+    """Per callback endpoint: what waits to be posted, how old its oldest change is, and
+    its current run of failures (0 after any 2xx)."""
+    labels = ["endpoint", "tenant"]
+    pending = GaugeMetricFamily(
+        "ratchet_callbacks_pending",
+        "Status callbacks not yet taken by the receiver (due, or waiting for a retry).",
+        labels=labels,
+    )
+    oldest = GaugeMetricFamily(
+        "ratchet_callbacks_oldest_pending_age_seconds",
+        "Age of the change behind the oldest pending callback, 0 when none is pending.",
+        labels=labels,
+    )
+    failing = GaugeMetricFamily(
+        "ratchet_callback_endpoint_failures_in_row",
+        "POSTs to the endpoint that failed in a row since its last 2xx.",
+        labels=labels,
+    )
+    enabled = GaugeMetricFamily(
+        "ratchet_callback_endpoint_enabled",
+        "1 while the endpoint is enabled; 0 once disabled (by a 410, a run of failures, or "
+        "its tenant).",
+        labels=labels,
+    )
+    for backlog in backlogs(session):
+        names = [str(backlog.endpoint_id), backlog.tenant]
+        pending.add_metric(names, backlog.pending)
+        age = 0.0 if backlog.oldest is None else (now - backlog.oldest).total_seconds()
+        oldest.add_metric(names, max(age, 0.0))
+        failing.add_metric(names, backlog.failures_in_row)
+        enabled.add_metric(names, 1 if backlog.enabled else 0)
+    return [pending, oldest, failing, enabled]
+
+
 # The database families of a scrape, in order.
-DATABASE_FAMILIES: list[Family] = [queue_families, message_families, alert_families]
+DATABASE_FAMILIES: list[Family] = [
+    queue_families,
+    message_families,
+    alert_families,
+    callback_families,
+]
 
 
 class DatabaseCollector(Collector):

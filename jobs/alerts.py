@@ -28,6 +28,7 @@ from app.db import Database
 from app.repo import alerts as repo
 from app.repo.alert_signals import KIND_TITLES, Reading, read_alerts
 from app.repo.alert_templates import template_held_readings
+from app.repo.callback_alerts import read_callback_alerts
 from jobs.alert_webhook import AlertPoster, backoff, build_payload
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class AlertEvaluator:
         self._record_unrecorded(now)
         with self.db.transaction() as session:
             readings = read_alerts(session, self.config, now) + template_held_readings(session)
+            readings += read_callback_alerts(session, now)
             stored = {
                 key: (e.id, e.episode_key, e.fired_at, e.fired_figures)
                 for key, e in repo.open_episodes(session).items()

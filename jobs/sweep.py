@@ -10,7 +10,9 @@ Every pass (docs/design.md section 2):
 3. expire parked statuses no message matched within 7 days;
 4. carry out a share of every running bulk plan (the backstop of its campaign-lane job),
    and delete bulk previews nobody confirmed within a day;
-5. purge content past each tenant's retention, a batch at a time (`jobs/retention.py`).
+5. purge content past each tenant's retention, a batch at a time (`jobs/retention.py`);
+6. ring the callback drain of every enabled endpoint with a status callback due (the
+   safety net of the outbox: a lost ring, a Redis flush, a killed worker).
 
 Every `alert_interval` seconds the loop also evaluates the alerts (`jobs/alerts.py`), in a
 step of its own: it reads only the database, so it runs whether Redis, the workers or the
@@ -33,11 +35,15 @@ from app.config import Config
 from app.db import Database, end_stalled_sessions
 from app.reconcile import apply_webhook_status
 from app.repo.bulkplans import PREVIEW_LIFETIME, expire_previews, running_plan_ids
+from app.repo.callback_outbox import endpoints_with_due
 from app.repo.inbox import expire_parked, pending_status_ids
 from app.repo.queue import due_drains
 from jobs.alerts import AlertEvaluator
 from jobs.bulk import run_plan
+from jobs.callback_listener import CallbackListener
+from jobs.callbacks import ring_endpoint
 from jobs.drain import ring_identity
+from jobs.queues import build_redis
 from jobs.retention import purge_content
 
 log = logging.getLogger(__name__)
@@ -56,6 +62,7 @@ class Pass:
     bulk_plans: int = 0
     stalled_sessions: int = 0
     purged: int = 0
+    callback_endpoints: int = 0
 
     def describe(self) -> str:
         return (
@@ -64,6 +71,11 @@ class Pass:
             + f", replayed {self.replayed} webhook statuses ({self.still_pending} still parked)"
             + f", expired {self.expired} parked statuses"
             + (f", worked on {self.bulk_plans} bulk plans" if self.bulk_plans else "")
+            + (
+                f", rang {self.callback_endpoints} callback endpoints"
+                if self.callback_endpoints
+                else ""
+            )
             + (
                 f", ended {self.stalled_sessions} database sessions stalled in a transaction"
                 if self.stalled_sessions
@@ -86,6 +98,7 @@ class Pass:
             or self.bulk_plans
             or self.stalled_sessions
             or self.purged
+            or self.callback_endpoints
         )
 
 
@@ -150,15 +163,21 @@ def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
 
     # 5. Retention: content past each tenant's days, in short batches within a share.
     purged = purge_content(db, now)
+
+    # 6. Status callbacks due: their drains rung (one pending or running per endpoint).
+    with db.transaction() as session:
+        endpoints = endpoints_with_due(session, now)
+    unrung = [e for e in endpoints if not ring_endpoint(e, config)]
     return Pass(
         len(due) - len(failed),
-        len(failed),
+        len(failed) + len(unrung),
         replayed,
         still,
         expired,
         len(plans),
         len(stalled),
         purged.messages + purged.deliveries,
+        len(endpoints) - len(unrung),
     )
 
 
@@ -181,6 +200,11 @@ def run_sweeper(
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     passes = 0
     evaluator = alerts if alerts is not None else AlertEvaluator(db, config)
+    listener = None
+    if db.engine.dialect.name == "postgresql":
+        # Rings callback drains as changes commit; this loop's pass is the safety net.
+        listener = CallbackListener(db.engine, config, build_redis(config.redis_url))
+        listener.start()
     try:
         while not stop.is_set():
             now = clock()
@@ -205,6 +229,10 @@ def run_sweeper(
                 break
             stop.wait(config.sweep_interval)
     finally:
+        if listener is not None:
+            listener.stop()
+            listener.join(timeout=5)
+            listener.redis.close()
         if alerts is None:
             evaluator.close()
         for sig, handler in previous.items():

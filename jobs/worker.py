@@ -14,14 +14,17 @@ import logging
 from rq import SimpleWorker
 
 from app.startup import freeze_startup_objects
+from jobs.callbacks import callback_queue
 from jobs.queues import get_queue, get_redis
 
 log = logging.getLogger(__name__)
 
 
 def run_worker(lane: str, *, burst: bool = False) -> bool:
-    """Work the lane's queue until SIGTERM (or, with `burst`, until it is empty)."""
-    worker = SimpleWorker([get_queue(lane)], connection=get_redis())
+    """Work the lane's queue until SIGTERM (or, with `burst`, until it is empty). The lane
+    `callbacks` is the status callbacks' queue (`jobs/callbacks.py`)."""
+    queue = callback_queue() if lane == "callbacks" else get_queue(lane)
+    worker = SimpleWorker([queue], connection=get_redis())
     freeze_startup_objects()  # a full collection's pause stalls every reply in flight
     # The scheduler moves retries rung for a later time (`enqueue_at`) onto the queue.
     # RQ's own per-job lines at WARNING: the log a person reads is the drains' one line

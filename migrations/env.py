@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
+import app.callback_models  # noqa: F401  (its tables are on the same metadata)
 from app.db import build_engine
 from app.models import Base
 

@@ -108,7 +108,7 @@ def _seed_pages(
 
 
 @click.command("worker")
-@click.option("--lane", required=True, type=click.Choice(["reply", "campaign"]))
+@click.option("--lane", required=True, type=click.Choice(["reply", "campaign", "callbacks"]))
 @click.option("--burst", is_flag=True, help="stop when the queue is empty")
 def worker_command(lane: str, burst: bool) -> None:
     """Send the lane's messages until SIGTERM (a non-forking RQ worker)."""

@@ -238,13 +238,31 @@ def post_form(
     return _post_within(url, {"content": content}, form_headers, deadline, remaining)
 
 
+def post_content(
+    url: str, content: bytes, headers: Mapping[str, str], deadline: float, max_bytes: int
+) -> HttpAnswer:
+    """POST these exact bytes (a signed body must go out as signed), like `post_json`, and
+    stop reading the answer after `max_bytes` (a status callback's receiver is not ours)."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise DeadlineExceededError(
+            "deadline passed before the request started", request_sent=False
+        )
+    return _post_within(url, {"content": content}, headers, deadline, remaining, max_bytes)
+
+
 def _post_within(
-    url: str, body: dict[str, Any], headers: Mapping[str, str], deadline: float, remaining: float
+    url: str,
+    body: dict[str, Any],
+    headers: Mapping[str, str],
+    deadline: float,
+    remaining: float,
+    max_bytes: int = MAX_ANSWER_BYTES,
 ) -> HttpAnswer:
     token = _deadline.set(deadline)
     started = time.monotonic()
     try:
-        answer = _post(get_transport(), url, body, headers, deadline, remaining)
+        answer = _post(get_transport(), url, body, headers, deadline, remaining, max_bytes)
     finally:
         _deadline.reset(token)
     # The URL names the account, never the token; headers are never logged.
@@ -259,6 +277,7 @@ def _post(
     headers: Mapping[str, str],
     deadline: float,
     remaining: float,
+    max_bytes: int = MAX_ANSWER_BYTES,
 ) -> HttpAnswer:
     try:
         # The caller's headers win over ours whatever their case. No compression asked
@@ -280,12 +299,12 @@ def _post(
             for chunk in response.iter_bytes():
                 chunks.append(chunk)
                 size += len(chunk)
-                if size > MAX_ANSWER_BYTES:
+                if size > max_bytes:
                     truncated = True
                     break
                 if time.monotonic() >= deadline:
                     raise DeadlineExceededError(f"total deadline passed reading the body of {url}")
-            content = b"".join(chunks)[:MAX_ANSWER_BYTES]
+            content = b"".join(chunks)[:max_bytes]
             return HttpAnswer(
                 status=response.status_code,
                 headers={name.lower(): value for name, value in response.headers.items()},

@@ -28,7 +28,15 @@ from app.models import Identity, Message
 from app.repo.claims import is_due
 from app.repo.overview import LANES, due_since
 
-KINDS = ("stuck", "paused", "delivery_drop", "dwell", "dead_letters", "template_held")
+KINDS = (
+    "stuck",
+    "paused",
+    "delivery_drop",
+    "dwell",
+    "dead_letters",
+    "template_held",
+    "callbacks_disabled",
+)
 KIND_TITLES = {
     "stuck": "Queue stuck",
     "paused": "Identity paused",
@@ -36,6 +44,7 @@ KIND_TITLES = {
     "dwell": "Sent, never delivered",
     "dead_letters": "Dead letters growing",
     "template_held": "Template held by Meta",  # app/repo/alert_templates.py
+    "callbacks_disabled": "Callback endpoint disabled",  # app/repo/callback_alerts.py
 }
 
 
@@ -48,7 +57,7 @@ class Reading:
     alert_key: str
     kind: str
     tenant_id: int
-    identity_id: int
+    identity_id: int | None
     lane: str | None
     firing: bool
     summary: str

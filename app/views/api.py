@@ -15,6 +15,7 @@ from app.db import get_db
 from app.lifecycle import TIMESTAMP_FIELD
 from app.models import Message
 from app.providers import PROVIDERS
+from app.repo.callback_endpoints import set_message_callback, status_callback_endpoint
 from app.repo.cancels import cancel_message
 from app.repo.identities import get_identity
 from app.repo.listing import get_tenant_message
@@ -91,7 +92,7 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
-def _read_json() -> Any:
+def read_json() -> Any:
     config: Config = current_app.config["RATCHET"]
     if request.mimetype != "application/json":
         raise RequestError("send the body as JSON with `Content-Type: application/json`")
@@ -105,7 +106,7 @@ def _read_json() -> Any:
 @bp.post("/messages")
 def create() -> ResponseReturnValue:
     try:
-        payload = _read_json()
+        payload = read_json()
     except RequestError as exc:
         status = 415 if "Content-Type" in str(exc) else 400
         return json_error(status, str(exc))
@@ -140,6 +141,13 @@ def create() -> ResponseReturnValue:
             recipient = normalise_recipient(identity.provider, send.to)
         except RequestError as exc:
             return json_error(400, str(exc), field=exc.field)
+        callback: int | None = None
+        if send.status_callback is not None:
+            allowed = current_app.config["RATCHET"].callback_allow_hosts
+            found = status_callback_endpoint(session, g.tenant_id, send.status_callback, allowed)
+            if isinstance(found, str):
+                return json_error(422, found, field="status_callback")
+            callback = found
         lane = send.lane or _default_lane(session, identity.id, recipient, send.text, now)
         request_fingerprint = fingerprint(send, recipient)
         message, created = create_message(
@@ -157,6 +165,8 @@ def create() -> ResponseReturnValue:
             ),
             now,
         )
+        if created and callback is not None:
+            set_message_callback(session, message.id, callback, str(send.status_callback))
     if not created:
         if message.fingerprint != request_fingerprint:
             return json_error(
@@ -202,7 +212,7 @@ def cancel(message_id: int) -> ResponseReturnValue:
     reason = "canceled through the API"
     if request.content_length or request.headers.get("Transfer-Encoding"):
         try:
-            payload = _read_json()
+            payload = read_json()
         except RequestError as exc:
             return json_error(400, str(exc))
         if not isinstance(payload, dict) or set(payload) - {"reason"}:

@@ -44,4 +44,9 @@ INTERNAL = {
     # Platform admins' tenant settings (app/views/tenant_settings.py).
     "/tenants",
     "/tenants/<int:tenant_id>/settings",
+    "/callbacks",
+    "/callbacks/<int:endpoint_id>/replay",
+    "/callbacks/<int:endpoint_id>/replay-since",
+    "/callbacks/<int:endpoint_id>/enable",
+    "/callbacks/<int:endpoint_id>/roll-secret",
 }

@@ -13,6 +13,7 @@ from app.db import get_db
 from app.late_statuses import late_failures
 from app.repo.audit import audit_for_message
 from app.repo.bulkplans import plans_touching
+from app.repo.callback_outbox import message_callbacks
 from app.repo.cancels import MessageNotFoundError, cancel_message
 from app.repo.deadletters import advice
 from app.repo.reveals import reveal_recipient as reveal_recipient_of
@@ -46,6 +47,7 @@ def _context(story: MessageStory, *, full: bool = False) -> dict[str, object]:
         with get_db().transaction() as session:
             extra["audit"] = audit_for_message(session, story.message.id, tenant_scope())
             extra["plans"] = plans_touching(session, story.message.id)
+            extra["callbacks"] = message_callbacks(session, story.message.id)
         extra["ticket"] = ticket_summary(story, meaning, now())
     return {
         **extra,

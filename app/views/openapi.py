@@ -10,13 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from app.sendrequest import SendRequest
+from app.views.openapi_paths import callback_endpoint_paths, callback_schemas
+from app.views.openapi_paths import error_answer as _error
 from app.views.openapi_webhooks import messenger_webhook
-
-_ERROR = {"$ref": "#/components/schemas/Error"}
-
-
-def _error(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": _ERROR}}}
 
 
 def _message_schema() -> dict[str, Any]:
@@ -284,6 +280,7 @@ def document() -> dict[str, Any]:
                 },
             },
             **messenger_webhook(),
+            **callback_endpoint_paths(),
             "/webhooks/twilio/{identity_id}": {
                 "post": {
                     "summary": "Twilio status callbacks and incoming messages (for the provider)",
@@ -378,6 +375,7 @@ def document() -> dict[str, Any]:
             },
             "schemas": {
                 **definitions,
+                **callback_schemas(),
                 "SendRequest": send_schema,
                 "Message": _message_schema(),
                 "Error": {

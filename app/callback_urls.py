@@ -1,0 +1,101 @@
+"""Where a status callback may be posted: URL checks against SSRF (docs/callbacks.md).
+
+A callback URL is the tenant's to choose, and Ratchet posts to it from inside its own
+network: so https only, no credentials in it, and no address that is not public (private,
+loopback, link-local, shared, reserved, multicast), checked on the name's addresses both
+when the URL is registered and before every post (a name may be re-pointed later).
+Hosts in `RATCHET_CALLBACK_ALLOW_HOSTS` skip the address check and may use http (a
+receiver on the same machine in the tests and the demo).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+MAX_URL_LENGTH = 2000
+
+Resolver = Callable[[str], list[str]]
+
+
+class CallbackUrlError(ValueError):
+    """A URL Ratchet will not post to; the words say why."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackUrl:
+    url: str
+    host: str  # lowercased, without brackets or port
+
+
+def resolve(host: str) -> list[str]:
+    """Every address the name has now (the system's resolver)."""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        raise CallbackUrlError(f"the host {host!r} cannot be resolved") from exc
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def _is_public(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def parse_callback_url(raw: object, allow_hosts: Collection[str]) -> CallbackUrl:
+    """The URL's shape: https (http only for an allowed host), a host, no credentials."""
+    if not isinstance(raw, str) or not raw:
+        raise CallbackUrlError("must be a URL string")
+    if len(raw) > MAX_URL_LENGTH:
+        raise CallbackUrlError(f"must be at most {MAX_URL_LENGTH} characters")
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in raw):
+        raise CallbackUrlError("must not contain spaces or control characters")
+    try:
+        parts = urlsplit(raw)
+        host = (parts.hostname or "").lower()
+        parts.port  # noqa: B018  (raises on a port that is not a number in range)
+    except ValueError as exc:
+        raise CallbackUrlError(f"is not a valid URL: {exc}") from exc
+    if not host:
+        raise CallbackUrlError("must name a host")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise CallbackUrlError("must not carry credentials (user:password@)")
+    if parts.fragment:
+        raise CallbackUrlError("must not have a #fragment")
+    allowed = host in allow_hosts
+    if parts.scheme != "https" and not (allowed and parts.scheme == "http"):
+        raise CallbackUrlError("must use https")
+    return CallbackUrl(raw, host)
+
+
+def check_destination(
+    target: CallbackUrl, allow_hosts: Collection[str], resolver: Resolver = resolve
+) -> None:
+    """Refuse a host whose addresses are not all public (an allowed host is not asked)."""
+    if target.host in allow_hosts:
+        return
+    try:
+        addresses = [str(ipaddress.ip_address(target.host))]
+    except ValueError:
+        if target.host == "localhost" or target.host.endswith((".localhost", ".local")):
+            raise CallbackUrlError(f"the host {target.host!r} is not public") from None
+        addresses = resolver(target.host)
+    for address in addresses:
+        if not _is_public(address):
+            raise CallbackUrlError(
+                f"the host {target.host!r} resolves to {address}, which is not a public "
+                "address (private, loopback, link-local or reserved)"
+            )
+
+
+def validate_callback_url(
+    raw: object, allow_hosts: Collection[str], resolver: Resolver = resolve
+) -> CallbackUrl:
+    target = parse_callback_url(raw, allow_hosts)
+    check_destination(target, allow_hosts, resolver)
+    return target
