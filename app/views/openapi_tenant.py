@@ -108,7 +108,9 @@ def document() -> dict[str, Any]:
     for path, operations in paths.items():
         if not path.startswith("/v1/"):
             continue
-        for operation in operations.values():
+        for method, operation in operations.items():
+            if method == "parameters":  # a path's shared parameters, not an operation
+                continue
             if operation.get("security") != []:
                 operation["responses"]["429"] = _limit_answer()
     schemas = document["components"]["schemas"]
