@@ -45,6 +45,8 @@ class Config:
     backoff_max: float = 300.0
     retry_after_max: float = 900.0
     pair_limit_wait: float = 6.0
+    # A recipient's next message waits at most this long behind an earlier one's retry.
+    conversation_hold: float = 60.0
     cap_unknown: int = 5
     cap_rate_limited: int = 10
     lease_margin: float = 5.0
@@ -116,6 +118,7 @@ class Config:
             "db_idle_in_transaction": env_float(env, "RATCHET_DB_IDLE_IN_TRANSACTION", 10.0),
             "cap_unknown": env_int(env, "RATCHET_CAP_UNKNOWN", 5),
             "cap_rate_limited": env_int(env, "RATCHET_CAP_RATE_LIMITED", 10),
+            "conversation_hold": env_float(env, "RATCHET_CONVERSATION_HOLD", 60.0),
             "drain_slice": env_float(env, "RATCHET_DRAIN_SLICE", 5.0),
             "drain_batch": env_int(env, "RATCHET_DRAIN_BATCH", 20),
             "drain_concurrency": env_int(env, "RATCHET_DRAIN_CONCURRENCY", 10),

@@ -306,6 +306,7 @@ class Drain:
                 lease,
                 skip_recipients=pairs.blocked,
                 one_each=pairs.paced,
+                hold=timedelta(seconds=self.config.conversation_hold),
             )
             identity = get_identity(session, self.identity_id)
             assert identity is not None
@@ -489,7 +490,7 @@ def count_due(
 ) -> int:
     """How many messages of this identity and lane may be claimed now, up to one batch:
     none to a `blocked` recipient, one to each `paced` one (as `claim_batch` takes them)."""
-    due = claimable(identity_id, lane, now)
+    due = claimable(identity_id, lane, now, timedelta(seconds=config.conversation_hold))
     query = select(Message.id).where(*due)
     skip = [*blocked, *paced]
     if skip:

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import Source, Status
 from app.models import Identity, Message, MessageEvent
+from app.repo.conversations import HOLD, OVERTAKEN, in_conversation_order, overtaken_id
 from app.repo.events import append_event
 from app.repo.sql import keyed, rows_changed
 
@@ -55,15 +56,19 @@ def is_due(now: datetime) -> Any:
     )
 
 
-def claimable(identity_id: int, lane: str, now: datetime) -> tuple[Any, ...]:
-    """A message of this identity and lane a drain may claim now: due and owing no verdict
-    (`take_verdict` records those). The identity's pause is read apart, under a lock."""
+def claimable(
+    identity_id: int, lane: str, now: datetime, hold: timedelta = HOLD
+) -> tuple[Any, ...]:
+    """A message of this identity and lane a drain may claim now: due, owing no verdict
+    (`take_verdict` records those), and next in its conversation (`app/repo/conversations.py`).
+    The identity's pause is read apart, under a lock."""
     return (
         Message.identity_id == identity_id,
         Message.lane == lane,
         is_waiting(),
         is_due(now),
         Message.pending_verdict.is_(None),
+        in_conversation_order(now, hold),
     )
 
 
@@ -210,6 +215,7 @@ def claim_batch(
     *,
     skip_recipients: list[str] | None = None,
     one_each: Collection[str] = (),
+    hold: timedelta = HOLD,
 ) -> list[Claim]:
     """Claim up to `limit` due messages of one identity and lane for one attempt each.
 
@@ -219,9 +225,10 @@ def claim_batch(
        `claim_message` does for one (the rows are locked, so the state read is the state
        written over), and append one claim event each in one INSERT.
     A paused identity claims nothing, nor does a paused campaign lane; a message owing a
-    verdict is left to `take_verdict`. Messages to `skip_recipients` are not claimed, and
-    of those to a recipient in `one_each` only the oldest, before any other (the provider's
-    pair limit).
+    verdict is left to `take_verdict`, and a message behind an earlier one of its
+    conversation waits for it (at most `hold` behind a retry). Messages to `skip_recipients`
+    are not claimed, and of those to a recipient in `one_each` only the oldest, before any
+    other (the provider's pair limit).
     """
     if limit <= 0:
         return []
@@ -235,7 +242,7 @@ def claim_batch(
     if state is None or lane_paused(state, lane):
         return []
     plan_without_sorts(session)
-    due = claimable(identity_id, lane, now)
+    due = claimable(identity_id, lane, now, hold)
     columns = (
         Message.id,
         Message.status,
@@ -243,6 +250,7 @@ def claim_batch(
         Message.attempt,
         Message.next_attempt_at,
         Message.lease_until,
+        overtaken_id().label("overtakes"),
     )
     rows: list[Any] = []
     if one_each:
@@ -328,6 +336,12 @@ def claim_batch(
                     "lease_lost": claim.lease_lost,
                     "due_at": row.next_attempt_at.isoformat() if row.next_attempt_at else None,
                     "batch": len(claims),
+                    # Past the conversation's hold: the earlier message is still retrying.
+                    **(
+                        {"overtook": row.overtakes, "note": OVERTAKEN.format(row.overtakes)}
+                        if row.overtakes
+                        else {}
+                    ),
                 },
             }
             for claim, row in claims
