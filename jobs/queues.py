@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -157,4 +158,18 @@ def is_reachable(redis: Redis | None = None) -> bool:
     try:
         return bool((redis or get_redis()).ping())
     except RedisError:
+        return False
+
+
+def others_waiting(redis: Redis, lane: str, grace: float, within: float) -> bool:
+    """Other drains queued for this lane's workers and still there after a moment (no
+    idle worker took them): a drain hands its worker back to them. The moment is `grace`,
+    at most `within` (the wait the drain has ahead anyway)."""
+    try:
+        queue = get_queue(lane, redis)
+        if queue.count == 0:
+            return False
+        time.sleep(min(grace, within))
+        return queue.count > 0
+    except Exception:
         return False

@@ -209,6 +209,14 @@ def close_transport() -> None:
         transport.close()
 
 
+def call_deadline(timeout: float, not_after: float | None = None) -> float:
+    """The `time.monotonic()` instant a call begun now must end by: `timeout` from now,
+    and never past `not_after` (a send's latest end inside its worker's lease, fixed
+    before the call: a pause between the lease check and the call cannot stretch it)."""
+    ends = time.monotonic() + timeout
+    return ends if not_after is None else min(ends, not_after)
+
+
 def post_json(url: str, json: Any, headers: Mapping[str, str], deadline: float) -> HttpAnswer:
     """POST `json`, and return the answer, whatever its status, by `deadline`.
 

@@ -350,45 +350,13 @@ def claim_batch(
     return [claim for claim, _ in claims]
 
 
-def earliest_due(session: Session, identity_id: int, lane: str, now: datetime) -> datetime | None:
-    """When this identity and lane next has something due: a retry, a verdict, or a lease
-    that will expire (None: nothing is waiting)."""
-    # Each the first row in an order one index gives, `ix_messages_due` and
-    # `ix_messages_leases` (see `plan_without_sorts`); `min()` let PostgreSQL read the
-    # whole waiting set through another index when the statistics predate the backlog.
-    plan_without_sorts(session)
-    waiting = [
-        session.scalar(
-            select(column)
-            .where(
-                Message.identity_id == identity_id,
-                Message.lane == lane,
-                Message.status == Status.SENDING.value,
-                column > now,
-            )
-            .order_by(column)
-            .limit(1)
+def claimed_messages(session: Session, claims: Collection[Claim]) -> dict[int, Message]:
+    """A batch's rows in one read, after its claim wrote them."""
+    return {
+        message.id: message
+        for message in session.scalars(
+            select(Message)
+            .where(Message.id.in_([claim.message_id for claim in claims]))
+            .execution_options(populate_existing=True)
         )
-        for column in (Message.next_attempt_at, Message.lease_until)
-    ]
-    times = [t for t in waiting if t is not None]
-    return min(times) if times else None
-
-
-def due_again_at(session: Session, message_id: int, now: datetime) -> tuple[str, datetime] | None:
-    """(lane, time) when a message that is not due yet will be: its retry or its verdict.
-
-    RQ keeps a scheduled time to whole seconds, so a ring can arrive just before the
-    message's `next_attempt_at`; the job rings it again for that time instead of leaving
-    it to the sweeper. A lease in flight is not rung: its holder rings what comes next.
-    """
-    row = session.execute(
-        select(Message.lane, Message.status, Message.next_attempt_at).where(
-            Message.id == message_id
-        )
-    ).first()
-    if row is None or row.status != Status.SENDING.value or row.next_attempt_at is None:
-        return None
-    if row.next_attempt_at <= now:
-        return None
-    return row.lane, row.next_attempt_at
+    }

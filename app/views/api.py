@@ -36,7 +36,7 @@ from app.sendrequest import (
 from app.views.body import BodyError, parse_json, read_body
 from app.views.errors import json_error
 from app.views.openapi import document as openapi_document
-from jobs.send import ring_message
+from jobs.drain import ring_message
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from app.auth import staff, tenant_scope
 from app.db import get_db
 from app.repo.requeues import MessageNotFoundError, RequeueOutcome, requeue_from_dashboard
 from app.views.pages import now
-from jobs.send import ring_message
+from jobs.drain import ring_message
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ from app.config import Config
 from app.db import Database
 from app.models import MessageEvent
 from app.repo.claims import Claim, claim_batch
+from app.repo.due import count_due
 from app.repo.sending import record_accepted, record_retry, start_attempt
-from jobs.drain import count_due
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_message, make_world
