@@ -13,8 +13,11 @@ Neither is a test: each prints its ratio last.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from bench.common import (
@@ -66,6 +69,28 @@ def conversation_messages(
     return ids
 
 
+def worker_connections(db: Any, pids: list[int]) -> int:
+    """TCP connections to PostgreSQL's port (5432) these processes hold (Linux: their
+    socket descriptors, matched in /proc/net/tcp)."""
+    del db
+    inodes = set()
+    for pid in pids:
+        fds = Path(f"/proc/{pid}/fd")
+        for fd in fds.iterdir() if fds.exists() else ():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    held = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                if fields[2].endswith(":1538") and fields[9] in inodes:
+                    held += 1
+    return held
+
+
 def timed_run(
     processes: Processes,
     app: Any,
@@ -75,11 +100,13 @@ def timed_run(
     name: str,
 ) -> float:
     """Ring the identity's campaign drain, start `workers` campaign workers, and return
-    the rate from their start to every message `sent`."""
+    the rate from their start to every message `sent`; print the most PostgreSQL
+    connections the workers held meanwhile."""
     from app.db import get_db
     from jobs.drain import ring_identity
 
     db = get_db()
+    most = 0
     if not ring_identity(number["identity_id"], "campaign", app.config["RATCHET"]):
         raise BenchBroke("could not ring a drain: Redis unreachable")
     names = [f"{name}{n}" for n in range(workers)]
@@ -88,6 +115,8 @@ def timed_run(
         processes.flask(worker, ["worker", "--lane", "campaign"], process_env())
 
     def all_sent() -> bool:
+        nonlocal most
+        most = max(most, worker_connections(db, [processes.started[n].pid for n in names]))
         sent = count_status(db, None, ("sent",), identity_ids=[number["identity_id"]])
         return sent >= count
 
@@ -97,6 +126,7 @@ def timed_run(
         print(f"  stuck: {status_counts(db)}; worker logs in {processes.logs}")
         raise
     processes.stop(names)
+    print(f"  (PostgreSQL connections the worker process held at most: {most})")
     return count / (done - started)
 
 

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from rq.timeouts import JobTimeoutException
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from app import instruments
 from app.config import Config
@@ -56,46 +57,29 @@ class Prepared:
     credentials_version: int = 0  # of the token read for this call
 
 
-def call_and_record(
-    db: Database,
-    config: Config,
-    prepared: Prepared,
-    clock: Callable[[], datetime],
-    monotonic: Callable[[], float] = time.monotonic,
-    on_result: Callable[[SendResult], None] | None = None,
-) -> tuple[str, tuple[str, datetime] | None]:
-    """The call and its record: the per-message step the send job and the drains share."""
-    claim = prepared.claim
-    with log_context(
-        message_id=claim.message_id,
-        attempt=claim.attempt,
-        identity_id=claim.identity_id,
-        lane=prepared.lane,
-    ):
-        return _call_and_record(db, config, prepared, clock, monotonic, on_result)
+@dataclass(frozen=True, slots=True)
+class Called:
+    """A call's end, ready for its record: the provider's answer, or None when the call
+    never began (too late to fit inside its lease: it stands down)."""
+
+    prepared: Prepared
+    result: SendResult | None
+    held_for: float  # seconds from the claim to the call's start (or its stand-down)
 
 
-def _call_and_record(
-    db: Database,
-    config: Config,
-    prepared: Prepared,
-    clock: Callable[[], datetime],
-    monotonic: Callable[[], float],
-    on_result: Callable[[SendResult], None] | None,
-) -> tuple[str, tuple[str, datetime] | None]:
-    claim = prepared.claim
-    # 2. Call, outside any transaction: the row is leased to us, but only for `lease`.
-    #    A worker paused since its claim (SIGSTOP, a GC or swap pause, a frozen VM) may
-    #    have lost the message to another worker's re-claim, which may have sent it; so
-    #    the whole call must still fit inside the lease, measured on this process's
-    #    monotonic clock (the wall clock can jump). The total deadline then keeps the call
-    #    inside the lease once it starts, and is itself never later than the check's own
-    #    latest end (`latest_end`), so a pause between this check and the call cannot
-    #    carry the call past the lease: it shortens it.
-    if not fits_in_lease(config, prepared.claimed_mono, monotonic()):
-        now = clock()
-        outcome, released = stand_down(db, claim, config, monotonic() - prepared.claimed_mono, now)
-        return outcome, (prepared.lane, now) if released else None
+def call(config: Config, prepared: Prepared, monotonic: Callable[[], float]) -> Called:
+    """2. Call, outside any transaction and with no database: the row is leased to us, but
+    only for `lease`. A worker paused since its claim (SIGSTOP, a GC or swap pause, a
+    frozen VM) may have lost the message to another worker's re-claim, which may have sent
+    it; so the whole call must still fit inside the lease, measured on this process's
+    monotonic clock (the wall clock can jump). The total deadline then keeps the call
+    inside the lease once it starts, and is itself never later than the check's own latest
+    end (`latest_end`), so a pause between this check and the call cannot carry the call
+    past the lease: it shortens it."""
+    now_mono = monotonic()
+    held_for = now_mono - prepared.claimed_mono
+    if not fits_in_lease(config, prepared.claimed_mono, now_mono):
+        return Called(prepared, None, held_for)
     started = time.monotonic()
     try:
         result = prepared.provider.send(
@@ -109,25 +93,72 @@ def _call_and_record(
     except Exception as exc:
         result = call_crashed(prepared.credentials, prepared.provider.name, exc)
     count_send(prepared.provider.name, prepared.lane, result, time.monotonic() - started)
+    return Called(prepared, result, held_for)
 
-    # 3. Record, then let the caller react to the answer (a drain adjusts its pace). On a
-    #    connection pinged first, however recently used: one whose path died silently
-    #    during the call would make an accepted send an unknown outcome.
-    with db.transaction(ping=True) as session:
-        now = clock()
-        recorded = record_outcome(
+
+def record_called(
+    session: Session, config: Config, called: Called, now: datetime
+) -> tuple[str, tuple[str, datetime] | None]:
+    """3. Record one call's end inside the caller's transaction: its answer through the
+    state machine (`record_outcome`), or its stand-down."""
+    prepared = called.prepared
+    claim = prepared.claim
+    with log_context(
+        message_id=claim.message_id,
+        attempt=claim.attempt,
+        identity_id=claim.identity_id,
+        lane=prepared.lane,
+    ):
+        if called.result is None:
+            outcome, released = stand_down(session, claim, config, called.held_for, now)
+            return outcome, (prepared.lane, now) if released else None
+        return record_outcome(
             session,
             config,
             claim,
-            result,
+            called.result,
             prepared.counts,
             now,
             prepared.lane,
             credentials_version=prepared.credentials_version,
         )
-    if on_result is not None:
-        on_result(result)
-    return recorded
+
+
+Recorded = tuple[Called, str, tuple[str, datetime] | None]
+
+
+def record_batch(
+    db: Database, config: Config, calls: Sequence[Called], clock: Callable[[], datetime]
+) -> list[Recorded]:
+    """The ends of many calls recorded in one transaction, so a worker's PostgreSQL
+    connections stay at one per drain whatever its calls in flight; each write fenced as
+    ever. On a connection pinged first, however recently used: one whose path died silently
+    during the calls would make accepted sends unknown outcomes. Should the batch fail, each
+    is recorded again in a transaction of its own, so one bad record loses no other."""
+    if not calls:
+        return []
+    try:
+        with db.transaction(ping=True) as session:
+            now = clock()
+            return [(c, *record_called(session, config, c, now)) for c in calls]
+    except SQLAlchemyError as exc:
+        if len(calls) == 1:
+            raise
+        log.warning("a batch of %d records failed (%s): one at a time", len(calls), exc)
+    return [one for c in calls for one in record_batch(db, config, [c], clock)]
+
+
+def call_and_record(
+    db: Database,
+    config: Config,
+    prepared: Prepared,
+    clock: Callable[[], datetime],
+    monotonic: Callable[[], float] = time.monotonic,
+) -> tuple[str, tuple[str, datetime] | None]:
+    """One message's call and its record (`send_one`); a drain records its calls in
+    batches (`record_batch`)."""
+    [(_, outcome, next_ring)] = record_batch(db, config, [call(config, prepared, monotonic)], clock)
+    return outcome, next_ring
 
 
 def call_crashed(credentials: Credentials, provider: str, exc: Exception) -> SendResult:
@@ -190,7 +221,7 @@ def latest_end(config: Config, claimed_mono: float) -> float:
 
 
 def stand_down(
-    db: Database, claim: Claim, config: Config, held_for: float, now: datetime
+    session: Session, claim: Claim, config: Config, held_for: float, now: datetime
 ) -> tuple[str, bool]:
     """No call: too late for one to end inside the lease (a worker paused since its claim,
     or a call queued behind others). No request left this process, so the message is given
@@ -205,22 +236,21 @@ def stand_down(
         config.lease_seconds,
         config.provider_timeout,
     )
-    with db.transaction() as session:
-        released = release_unsent(session, claim, now)
-        note_worker_event(
-            session,
-            claim.message_id,
-            claim.cycle,
-            "stood_down",
-            now,
-            {
-                "attempt": claim.attempt,
-                "why": "lease lapsed before the call",
-                "held_for_seconds": round(held_for, 3),
-                "lease_seconds": config.lease_seconds,
-                "released": released,
-            },
-        )
+    released = release_unsent(session, claim, now)
+    note_worker_event(
+        session,
+        claim.message_id,
+        claim.cycle,
+        "stood_down",
+        now,
+        {
+            "attempt": claim.attempt,
+            "why": "lease lapsed before the call",
+            "held_for_seconds": round(held_for, 3),
+            "lease_seconds": config.lease_seconds,
+            "released": released,
+        },
+    )
     if released:
         return "stood down: lease lapsed before the call; due again", True
     return "stood down: lease lapsed before the call", False

@@ -40,7 +40,7 @@ from app.repo.claims import claim_batch, lane_paused
 from app.repo.due import count_due, earliest_due, owed_verdicts
 from app.repo.identities import get_identity
 from app.repo.sending import take_verdict
-from jobs.call import Prepared, call_and_record, give_back
+from jobs.call import Called, Prepared, call, give_back, record_batch
 from jobs.in_flight import InFlight
 from jobs.pacing import Pacer, Rates, listen
 from jobs.queues import (
@@ -61,12 +61,6 @@ log = logging.getLogger(__name__)
 # Waits for a pacing slot up to this long are spent inside the drain when no other drain
 # is waiting for a worker; longer ones are rung through RQ's scheduler.
 MAX_INLINE_WAIT = 2.0
-# A drain rung to the back of the queue (a slice's end) waits there a moment even when a
-# worker is idle: a job still queued after this long has no worker to take it. Without the
-# grace, a drain short of a slot at that moment handed its worker back and came back
-# through RQ's scheduler, a whole second or more later (likely the 1 s gap, at a slice's
-# end, in a 10/s identity's sends in bench/pacing.py on 2026-12-03).
-IDLE_WORKER_GRACE = 0.05
 # While a reply drain's calls are in flight and a call thread is free, it looks this often
 # for a ring (the dirty flag), and claims what was rung without waiting for those calls to
 # end. A call that ends wakes it at once; the poll only matters behind a slow call, where
@@ -259,11 +253,12 @@ class Drain:
             instruments.PACING_WAIT_SECONDS.labels(self.lane).inc(grant.wait)
             if grant.wait <= MAX_INLINE_WAIT:
                 waited_from = time.monotonic()
-                if not others_waiting(self.redis, self.lane, IDLE_WORKER_GRACE, grant.wait):
-                    time.sleep(max(0.0, grant.wait - (time.monotonic() - waited_from)))
+                if not others_waiting(self.redis, self.lane, within=grant.wait):
+                    # The wait is spent recording the calls that end meanwhile.
+                    self._collect_for(grant.wait - (time.monotonic() - waited_from))
                     return _Step()
             return _Step(stop=True, again=now + timedelta(seconds=grant.wait))
-        # 3. Claim and prepare in one transaction; call and record each concurrently.
+        # 3. Claim and prepare in one transaction; call each on a thread, record in batches.
         lease = timedelta(seconds=self.config.lease_seconds)
         with self.db.transaction() as session:
             # Both clocks read together, the monotonic one first: the lease is stamped from
@@ -306,44 +301,74 @@ class Drain:
                     self.identity_id, [p.recipient for p in batch if p.recipient in paced]
                 )
         self._in_flight.submit(batch, self._send)
-        self._collect(watch=self.lane == "reply")
+        self._collect(watch=self.lane == "reply", refill=True)
         return _Step()
 
-    def _collect(self, *, watch: bool) -> None:
-        """Wait for the calls in flight and count their outcomes.
+    def _collect(self, *, watch: bool, refill: bool = False) -> None:
+        """Wait for the calls in flight and record their ends, a batch at a time.
 
-        `watch` (the reply lane): return as soon as a ring arrives while some are still in
-        flight and a call thread is free, so a reply committed during another reply's call
-        is claimed and sent now, not after that call and its record; and as soon as a
-        thread is free when the last step left replies due for want of one. The calls left in
-        flight are collected by a later step, and all of them before the drain lets go.
+        `refill`: return when the last step left messages due for want of call threads and
+        enough are free again (a batch's worth, or one on the reply lane), so the calls in
+        flight follow the pace (rate x answer time), not one batch at a time.
+        `watch` (the reply lane): also return as soon as a ring arrives while a call thread
+        is free, so a reply committed during another reply's call is claimed and sent now,
+        not after that call and its record. The calls left in flight are collected by a
+        later step, and all of them before the drain lets go.
         """
+        enough = 1 if watch else min(self.config.drain_batch, self._in_flight.threads)
         try:
             while self._in_flight:
-                free = self._in_flight.free > 0
-                if watch and self._capped and free:
-                    return  # replies already due wait for a thread, not for every call
+                free = self._in_flight.free
+                if refill and self._capped and free >= enough:
+                    return  # what is already due waits for a thread, not for every call
                 # Polling only while a ring could be acted on: with every thread busy, the
                 # next call to end is what to wait for.
-                looking = watch and self._watching and free
-                for outcome in self._in_flight.wait(RING_WATCH_SECONDS if looking else None):
-                    self._count(outcome)
+                looking = watch and self._watching and free > 0
+                self._record(self._in_flight.wait(RING_WATCH_SECONDS if looking else None))
                 if looking and self._in_flight and self._rung():
                     return
         except BaseException as exc:
             self._abandon(f"the drain was cut short: {exc.__class__.__name__}")
             raise
 
-    def _count(self, outcome: str) -> None:
-        self.outcomes[outcome.split(" ", 1)[0].rstrip(":")] += 1
+    def _collect_for(self, seconds: float) -> None:
+        """A pacing wait, spent recording the calls that end meanwhile."""
+        until = time.monotonic() + seconds
+        try:
+            while self._in_flight and (left := until - time.monotonic()) > 0:
+                self._record(self._in_flight.wait(left))
+        except BaseException as exc:
+            self._abandon(f"the drain was cut short: {exc.__class__.__name__}")
+            raise
+        time.sleep(max(0.0, until - time.monotonic()))
+
+    def _record(self, calls: list[Called]) -> None:
+        """3. The ends collected, recorded in one transaction (`record_batch`); then for
+        each 4., the provider's word on our pace, and the one log line per send outcome
+        (its context names the message, attempt, identity and lane)."""
+        for called, outcome, _ in record_batch(self.db, self.config, calls, self.clock):
+            claim = called.prepared.claim
+            self.outcomes[outcome.split(" ", 1)[0].rstrip(":")] += 1
+            with log_context(
+                message_id=claim.message_id,
+                attempt=claim.attempt,
+                identity_id=self.identity_id,
+                lane=self.lane,
+            ):
+                if called.result is not None:
+                    listen(self.pacer, self.identity_id, called.prepared.recipient, called.result)
+                log.info("%s", outcome, extra={"outcome": outcome.split(" ", 1)[0].rstrip(":")})
 
     def _abandon(self, why: str) -> None:
         """The database or Redis went away, or the job is cut short: no call not yet begun
         is made, and each is given back as never sent (`give_back`); this returns only
-        when those begun have ended, and counts what they did."""
+        when those begun have ended, and records what they did (without the database,
+        their leases lapse: unknown outcomes, as the lease rule says)."""
         ended, unsent = self._in_flight.abandon()
-        for outcome in ended:
-            self._count(outcome)
+        try:
+            self._record(ended)
+        except SQLAlchemyError as exc:
+            log.warning("%d answers not recorded (%s): their leases lapse", len(ended), exc)
         if give_back(self.db, unsent, self.clock(), why):
             self.outcomes["given back"] += len(unsent)
 
@@ -361,28 +386,9 @@ class Drain:
             self._watching = False
             return False
 
-    def _send(self, prepared: Prepared) -> tuple[str, object]:
-        """On a call thread: the call and its record, then the provider's word on our pace
-        (4.), and the one log line per send outcome."""
-        outcome, next_ring = call_and_record(
-            self.db,
-            self.config,
-            prepared,
-            self.clock,
-            self.monotonic,
-            on_result=lambda result: listen(
-                self.pacer, prepared.claim.identity_id, prepared.recipient, result
-            ),
-        )
-        # The log's formatter names the message, attempt, identity and lane from the context.
-        with log_context(
-            message_id=prepared.claim.message_id,
-            attempt=prepared.claim.attempt,
-            identity_id=self.identity_id,
-            lane=self.lane,
-        ):
-            log.info("%s", outcome, extra={"outcome": outcome.split(" ", 1)[0].rstrip(":")})
-        return outcome, next_ring
+    def _send(self, prepared: Prepared) -> Called:
+        """On a call thread: the call alone, no database (`call`)."""
+        return call(self.config, prepared, self.monotonic)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,12 @@ drain's own thread. The fencing rules are the call's and the record's (`jobs/cal
 `jobs/record.py`): a call checks its lease before it starts and records its outcome with
 writes fenced on its attempt and cycle, so it may end after the drain moved on.
 
-A call is abandoned only before it begins (`abandon`): a cancelled future never ran, so
-no request left for it, and the drain gives its message back (`give_back`).
+A call's thread only calls (`call` in `jobs/call.py`: the lease check, then the provider,
+no database); the drain's own thread records the ends it collects, many in one
+transaction (`record_batch`), so a worker holds one PostgreSQL connection per drain
+however many calls it has in flight. A call is abandoned only before it begins
+(`abandon`): a cancelled future never ran, so no request left for it, and the drain
+gives its message back (`give_back`).
 """
 
 from __future__ import annotations
@@ -15,9 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from jobs.call import Prepared
-
-Outcome = tuple[str, object]
+from jobs.call import Called, Prepared
 
 
 class InFlight:
@@ -26,7 +28,7 @@ class InFlight:
         self._name = name
         self._pool: ThreadPoolExecutor | None = None
         # Begun or queued, not yet collected, oldest first, each with its attempt.
-        self._calls: dict[Future[Outcome], Prepared] = {}
+        self._calls: dict[Future[Called], Prepared] = {}
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -36,29 +38,29 @@ class InFlight:
         """Call threads not busy with a call of ours."""
         return self.threads - len(self._calls)
 
-    def submit(self, batch: Iterable[Prepared], send: Callable[[Prepared], Outcome]) -> None:
+    def submit(self, batch: Iterable[Prepared], send: Callable[[Prepared], Called]) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix=self._name)
         for prepared in batch:
             self._calls[self._pool.submit(send, prepared)] = prepared
 
-    def wait(self, timeout: float | None) -> list[str]:
-        """Wait up to `timeout` (None: until one ends) and collect the calls that ended:
-        their outcomes, oldest first. A call that raised raises here."""
+    def wait(self, timeout: float | None) -> list[Called]:
+        """Wait up to `timeout` (None: until one ends) and collect the calls that ended,
+        oldest first. A call that raised raises here."""
         done, _ = wait(self._calls, timeout=timeout, return_when=FIRST_COMPLETED)
         ended = [call for call in self._calls if call in done]
         for call in ended:
             del self._calls[call]
-        return [call.result()[0] for call in ended]
+        return [call.result() for call in ended]
 
-    def abandon(self) -> tuple[list[str], list[Prepared]]:
-        """Cancel the calls not yet begun and wait for those begun. Returns the outcomes of
-        those that ended, and the attempts that never began (no request left for them)."""
+    def abandon(self) -> tuple[list[Called], list[Prepared]]:
+        """Cancel the calls not yet begun and wait for those begun. Returns those that
+        ended, and the attempts that never began (no request left for them)."""
         calls, self._calls = self._calls, {}
         unsent = [prepared for call, prepared in calls.items() if call.cancel()]
         wait(calls)
         ended = [c for c in calls if not c.cancelled() and c.exception() is None]
-        return [call.result()[0] for call in ended], unsent
+        return [call.result() for call in ended], unsent
 
     def close(self) -> None:
         if self._pool is not None:

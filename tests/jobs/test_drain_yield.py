@@ -11,8 +11,7 @@ import time
 from redis import Redis
 from rq import Queue
 
-from jobs.drain import IDLE_WORKER_GRACE
-from jobs.queues import get_queue, others_waiting
+from jobs.queues import IDLE_WORKER_GRACE, get_queue, others_waiting
 
 from .conftest import Env
 
