@@ -45,6 +45,8 @@ class Config:
     backoff_max: float = 300.0
     retry_after_max: float = 900.0
     pair_limit_wait: float = 6.0
+    # A recipient's next message waits at most this long behind an earlier one's retry.
+    conversation_hold: float = 60.0
     cap_unknown: int = 5
     cap_rate_limited: int = 10
     lease_margin: float = 5.0
@@ -53,7 +55,9 @@ class Config:
     # Drains and pacing (docs/design.md section 7).
     drain_slice: float = 5.0  # a drain hands its worker back after this long
     drain_batch: int = 20  # messages claimed and sent together, at most
-    drain_concurrency: int = 10  # provider calls in flight per drain
+    # Provider calls in flight per drain, at most: a ceiling, since the pace keeps them
+    # near rate x answer time; each a thread that only calls (no database connection).
+    drain_concurrency: int = 64
     pacing_burst: float = 0.1  # a bucket's burst, in seconds of its rate
     pacing_slowdown: float = 60.0  # how long a provider's rate-limit answer halves the pace
     # The dashboard: a due message older than this, unclaimed, is stuck (seconds).
@@ -126,9 +130,10 @@ class Config:
             "db_idle_in_transaction": env_float(env, "RATCHET_DB_IDLE_IN_TRANSACTION", 10.0),
             "cap_unknown": env_int(env, "RATCHET_CAP_UNKNOWN", 5),
             "cap_rate_limited": env_int(env, "RATCHET_CAP_RATE_LIMITED", 10),
+            "conversation_hold": env_float(env, "RATCHET_CONVERSATION_HOLD", 60.0),
             "drain_slice": env_float(env, "RATCHET_DRAIN_SLICE", 5.0),
             "drain_batch": env_int(env, "RATCHET_DRAIN_BATCH", 20),
-            "drain_concurrency": env_int(env, "RATCHET_DRAIN_CONCURRENCY", 10),
+            "drain_concurrency": env_int(env, "RATCHET_DRAIN_CONCURRENCY", 64),
             "pacing_burst": env_float(env, "RATCHET_PACING_BURST", 0.1),
             "pacing_slowdown": env_float(env, "RATCHET_PACING_SLOWDOWN", 60.0),
             "stuck_after": env_float(env, "RATCHET_STUCK_AFTER", 60.0),

@@ -369,13 +369,14 @@ class Database:
 
 def init_app(app: Flask, database: Database | None = None) -> None:
     config = app.config["RATCHET"]
-    # A drain records its batch's outcomes on as many connections at once as it has calls
-    # in flight: a smaller pool would open and close a PostgreSQL backend for each extra.
+    # A drain records its calls' outcomes on its own thread (`jobs/in_flight.py`), so a
+    # worker needs a connection or two whatever its calls in flight; the pool is sized for
+    # a web process's request threads, and opens connections only as they are needed.
     pool = (
         {}
         if config.database_url.startswith("sqlite")
         else {
-            "pool_size": config.drain_concurrency + 2,
+            "pool_size": 10,
             "max_overflow": 10,
             "idle_in_transaction": config.db_idle_in_transaction,
         }

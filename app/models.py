@@ -154,6 +154,16 @@ class Message(Base):
             postgresql_where=text("status IN ('queued', 'sending')"),
             sqlite_where=text("status IN ('queued', 'sending')"),
         ),
+        # The claim's conversation order: an earlier waiting message to the same recipient.
+        Index(
+            "ix_messages_conversation",
+            "identity_id",
+            "lane",
+            "recipient",
+            "id",
+            postgresql_where=text("status IN ('queued', 'sending')"),
+            sqlite_where=text("status IN ('queued', 'sending')"),
+        ),
         # A drain's last question, when nothing is due: when its next lease expires.
         Index(
             "ix_messages_leases",

@@ -9,6 +9,7 @@
 4. CPU per send, split between the workers, PostgreSQL, Redis and the sandbox.
 
     .venv/bin/python bench/send_rate.py [--messages 4000] [--jobs 5000]
+    .venv/bin/python bench/send_rate.py --order | --latency   (bench/send_order.py)
 
 Exits non-zero only if something broke (messages not all sent in time, a duplicate send,
 a traceback in a log); a missed goal is printed as such.
@@ -17,11 +18,9 @@ a traceback in a log); a missed goal is printed as such.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import io
 import pstats
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,13 +28,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import noop, send_order
 from bench.common import (
     PG_DATABASE,
-    REDIS_URL,
     BenchBroke,
     Processes,
     Sandbox,
-    checkout_pings,
     count_status,
     cpu_delta,
     cpu_snapshot,
@@ -55,87 +53,11 @@ from bench.common import (
     status_counts,
     wait_for,
 )
+from bench.drain_counts import SQL_BATCH, count_one_drain
 
 IDENTITIES = 4
 RATES = {"reply": 5000.0, "campaign": 5000.0, "total": 10000.0}
-BASELINE_QUEUE = "bench-noop"
-SQL_BATCH = 100
 GOAL_RATIO = 3.0
-
-
-def baseline(processes: Processes, jobs: int, workers: int) -> dict[str, Any]:
-    from redis import Redis
-    from rq import Queue
-    from rq.job import Job
-    from rq.registry import FinishedJobRegistry
-
-    from bench.noop import noop
-
-    redis = Redis.from_url(REDIS_URL)
-    queue = Queue(BASELINE_QUEUE, connection=redis)
-    queue.empty()
-    enqueued = queue.enqueue_many([Queue.prepare_data(noop, result_ttl=3600) for _ in range(jobs)])
-    ids = [job.id for job in enqueued]
-    finished = FinishedJobRegistry(queue=queue)
-    env = process_env()
-    names = [f"rq{n}" for n in range(workers)]
-    cpu_before = cpu_snapshot({})
-    machine_before = machine_ticks()
-    self_before = self_cpu()
-    started = time.monotonic()
-    for name in names:
-        processes.start(
-            name,
-            [
-                str(Path(sys.executable).parent / "rq"),
-                "worker",
-                "--burst",
-                "--with-scheduler",
-                "--worker-class",
-                "rq.worker.SimpleWorker",
-                "--url",
-                REDIS_URL,
-                BASELINE_QUEUE,
-            ],
-            env,
-        )
-    done = wait_for(lambda: finished.count >= jobs, limit=300, every=0.02, what="the no-op jobs")
-    wall = done - started
-    cpu = cpu_delta(
-        cpu_before, cpu_snapshot({"rq workers": [processes.started[n].pid for n in names]})
-    )
-    machine_after = machine_ticks()
-    self_spent = self_cpu() - self_before
-    exited = wait_for(
-        lambda: all(processes.started[n].poll() is not None for n in names),
-        limit=60,
-        what="the burst workers to exit",
-    )
-    codes = [processes.started[n].returncode for n in names]
-    processes.stop(names)
-    if any(codes):
-        raise BenchBroke(f"an rq worker exited with {codes}; see {processes.logs}")
-    starts, ends = [], []
-    for job in Job.fetch_many(ids, connection=redis):
-        if job is None or job.get_status() != "finished":
-            raise BenchBroke("a no-op job did not finish")
-        assert job.started_at is not None and job.ended_at is not None
-        starts.append(job.started_at.timestamp())
-        ends.append(job.ended_at.timestamp())
-    steady = max(ends) - min(starts)
-    queue.empty()
-    finished.cleanup()
-    redis.close()
-    return {
-        "wall": wall,
-        "rate": jobs / wall,
-        "steady": steady,
-        "steady_rate": jobs / steady,
-        "exit": exited - started,
-        "cpu": cpu,
-        "self_cpu": self_spent,
-        "machine": (machine_before, machine_after),
-    }
 
 
 def commits(db: Any) -> int:
@@ -238,160 +160,6 @@ def ratchet(
     }
 
 
-class Monitor:
-    """Redis MONITOR, counting the commands sent to database 9 until a marker."""
-
-    MARK = "bench-monitor-end"
-
-    def __init__(self) -> None:
-        from redis import Redis
-
-        self.client = Redis.from_url(REDIS_URL)
-        self.commands: Counter[str] = Counter()
-        self.lua: Counter[str] = Counter()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        self.ready.wait(5)
-
-    def _run(self) -> None:
-        with self.client.monitor() as monitor:
-            self.ready.set()
-            for line in monitor.listen():
-                raw = line.get("command", "")
-                db = str(line.get("db", ""))
-                if self.MARK in raw:
-                    return
-                if db != "9":
-                    continue
-                name = raw.split(" ", 1)[0].upper()
-                if line.get("client_type") == "lua" or line.get("client_address") == "lua":
-                    self.lua[name] += 1
-                else:
-                    self.commands[name] += 1
-
-    def stop(self) -> None:
-        from redis import Redis
-
-        marker = Redis.from_url(REDIS_URL)
-        marker.echo(self.MARK)
-        marker.close()
-        self.thread.join(10)
-        self.client.close()
-
-
-def count_one_drain(sandbox: Sandbox, app: Any, profile: bool) -> dict[str, Any]:
-    """One drain in this process over SQL_BATCH messages of one identity: what it asks."""
-    import redis.connection
-    from sqlalchemy import event
-
-    from app.crypto import get_box
-    from app.db import get_db
-    from jobs.drain import Drain, ring_identity
-    from jobs.pacing import Pacer
-    from jobs.queues import drain_keys, get_queue, get_redis
-
-    db = get_db()
-    config = app.config["RATCHET"]
-    number = create_identity(db, sandbox, 99, **RATES)
-    ids = create_messages(db, number, SQL_BATCH, tag=2)
-    identity_id = number["identity_id"]
-    redis_client = get_redis()
-    if not ring_identity(identity_id, "campaign", config):
-        raise BenchBroke("could not ring a drain: Redis unreachable")
-    token = redis_client.get(drain_keys(identity_id, "campaign")[0])
-    if token is None:
-        raise BenchBroke("the drain's key was not set by its ring")
-    get_queue("campaign").empty()  # this process runs the drain, not a worker
-    pacer = Pacer(redis_client, config.pacing_burst, config.pacing_slowdown)
-    drainer = Drain(db, get_box(), config, redis_client, pacer, identity_id, "campaign")
-
-    statements: Counter[str] = Counter()
-    transactions: Counter[str] = Counter()
-    lock = threading.Lock()
-
-    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        with lock:
-            statements[statement.lstrip().split(None, 1)[0].upper()] += 1
-
-    def on_tx(kind: str) -> Any:
-        def listener(conn: Any, *args: Any) -> None:
-            with lock:
-                transactions[kind] += 1
-
-        return listener
-
-    listeners = [
-        ("before_cursor_execute", on_execute),
-        ("begin", on_tx("BEGIN")),
-        ("commit", on_tx("COMMIT")),
-        ("rollback", on_tx("ROLLBACK")),
-    ]
-    pool_listeners = [("connect", on_tx("connect")), ("close", on_tx("close"))]
-    round_trips = Counter[str]()
-    original_send = redis.connection.Connection.send_packed_command
-
-    def counting_send(self: Any, command: Any, check_health: bool = True) -> Any:
-        round_trips["sent"] += 1
-        return original_send(self, command, check_health)
-
-    monitor = Monitor()
-    for name, listener in listeners:
-        event.listen(db.engine, name, listener)
-    for name, listener in pool_listeners:
-        event.listen(db.engine.pool, name, listener)
-    redis.connection.Connection.send_packed_command = counting_send  # type: ignore[method-assign]
-    profiler = cProfile.Profile() if profile else None
-    thread_profiles: list[cProfile.Profile] = []
-    if profile:
-        # cProfile sees one thread; the drain's provider calls and records run in a pool.
-        send = drainer._send
-
-        def profiled_send(prepared: Any) -> Any:
-            mine = cProfile.Profile()
-            try:
-                return mine.runcall(send, prepared)
-            finally:
-                with lock:
-                    thread_profiles.append(mine)
-
-        drainer._send = profiled_send  # type: ignore[method-assign]
-    pings_before = checkout_pings()
-    cpu_before, wall_before = self_cpu(), time.monotonic()
-    try:
-        if profiler is not None:
-            profiler.enable()
-        summary = drainer.run(token.decode() if isinstance(token, bytes) else str(token))
-    finally:
-        if profiler is not None:
-            profiler.disable()
-        cpu_spent, wall_spent = self_cpu() - cpu_before, time.monotonic() - wall_before
-        transactions["ping"] = int(checkout_pings() - pings_before)
-        redis.connection.Connection.send_packed_command = original_send  # type: ignore[method-assign]
-        for name, listener in listeners:
-            event.remove(db.engine, name, listener)
-        for name, listener in pool_listeners:
-            event.remove(db.engine.pool, name, listener)
-        monitor.stop()
-    get_queue("campaign").empty()
-    sent = count_status(db, ids, ("sent",))
-    if sent != len(ids):
-        raise BenchBroke(f"the in-process drain sent {sent} of {len(ids)}: {summary}")
-    return {
-        "summary": summary,
-        "statements": statements,
-        "transactions": transactions,
-        "redis": monitor.commands,
-        "lua": monitor.lua,
-        "round_trips": round_trips["sent"],
-        "messages": len(ids),
-        "cpu": cpu_spent,
-        "wall": wall_spent,
-        "profile": profiler,
-        "thread_profiles": thread_profiles,
-    }
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=4000, help="Ratchet sends (default 4000)")
@@ -407,7 +175,21 @@ def main() -> int:
     parser.add_argument(
         "--profile", action="store_true", help="also cProfile the in-process drain (step 4)"
     )
+    parser.add_argument(
+        "--order",
+        action="store_true",
+        help="only the order bench: conversations posted back to back (bench/send_order.py)",
+    )
+    parser.add_argument("--conversations", type=int, default=1000, help="for --order (1000)")
+    parser.add_argument("--parts", type=int, default=5, help="messages each, for --order (5)")
+    parser.add_argument(
+        "--latency",
+        action="store_true",
+        help="only the latency-hiding bench: --answer-delay-ms (200 if 0) against none",
+    )
     args = parser.parse_args()
+    if args.order or args.latency:
+        return send_order.main(args)
     header("Ratchet send rate vs a no-op RQ baseline")
     reset_services()
     with managed() as processes:
@@ -419,7 +201,7 @@ def main() -> int:
                 f"\n[1] baseline: {args.jobs} no-op RQ jobs, {args.workers} x rq SimpleWorker "
                 "(--burst --with-scheduler), one queue"
             )
-            base = baseline(processes, args.jobs, args.workers)
+            base = noop.baseline(processes, args.jobs, args.workers)
             print(
                 f"  {base['rate']:8.1f} jobs/s   wall {base['wall']:.2f} s from starting the "
                 f"workers to the last job finished (workers exited at {base['exit']:.2f} s)"

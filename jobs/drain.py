@@ -1,27 +1,19 @@
-"""Drains: the unit of work is one identity and lane, not one message (DESIGN section 7).
+"""Drains: the unit of work is one identity and lane, not one message (docs/design.md
+section 7). `drain(identity_id, lane, token)` is an RQ job. While it holds its identity
+and lane (a Redis key with its token, renewed as it goes), it repeats a step:
 
-`drain(identity_id, lane, token)` is an RQ job. While it holds its identity and lane (a
-Redis key with its token, renewed as it goes), it repeats:
+1. Clear the dirty flag; read the identity (paused: stop; unsendable: hold it); record the
+   verdicts owed; count what is due (`app/repo/due.py`).
+2. Take that many pacing slots (`jobs/pacing.py`), or wait for the next.
+3. Claim them in one fenced update, each the next of its conversation, and prepare them
+   (`jobs/send.py`); call and record each on a call thread (`jobs/in_flight.py`,
+   `jobs/call.py`, `jobs/record.py`). A reply drain looks again while calls are in flight.
+4. Listen to the provider: a rate limit slows the identity, a pair limit paces a recipient.
 
-1. Clear the dirty flag, then read the identity (paused: stop; unsendable: hold it), record
-   the verdicts that are owed, and count what is due (at most one batch).
-2. Take that many pacing slots (`jobs/pacing.py`). None free: wait for the next one if
-   nobody else is waiting for a worker, else hand the worker back and ring itself.
-3. Claim that many due messages in one fenced update (`claim_batch`), prepare each in the
-   same transaction, then call the provider for each concurrently and record each outcome
-   with its own fenced write: the per-message step (`call_and_record`) the send job uses.
-   On the reply lane the drain does not wait for those calls to end before it looks again:
-   a ring that arrives while they are in flight (the dirty flag, looked at every 50 ms
-   while a call thread is free) starts the next step, which claims no more than the free
-   threads, so a reply never waits behind another reply's slow call and its record.
-4. Provider feedback: a rate-limit answer slows the identity; a pair limit paces that one
-   recipient.
-
-It stops when nothing is due (ringing itself for the earliest retry, if any) or its time
-slice ends (ringing itself now, at the back of the queue, so other identities get a turn).
-Before it exits it releases its key and re-checks the dirty flag, so a message committed
-while it was finishing is never stranded. A killed or stopped drain strands its identity
-no longer than its key's lease; the sweeper rings drains for whatever is due.
+It stops when nothing is due (ringing itself for the earliest retry) or its slice ends
+(ringing itself to the back of the queue). It releases its key, then re-checks the dirty
+flag, so nothing committed meanwhile is stranded; a killed drain strands its pair no longer
+than its key's lease, and the sweeper rings whatever is due.
 """
 
 from __future__ import annotations
@@ -29,71 +21,46 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from flask import current_app
 from redis import Redis
 from redis.exceptions import RedisError
-from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
 from app import instruments
 from app.clock import utcnow
 from app.config import Config
 from app.crypto import SecretBox, get_box
 from app.db import Database, get_db
-from app.lifecycle import Status
 from app.logs import log_context
-from app.models import Message
-from app.providers.base import FailureClass, SendResult
-from app.repo.claims import (
-    CLAIM_ORDER,
-    claim_batch,
-    claimable,
-    earliest_due,
-    lane_paused,
-    plan_without_sorts,
-)
+from app.repo.claims import claim_batch, lane_paused
+from app.repo.due import count_due, earliest_due, owed_verdicts
 from app.repo.identities import get_identity
-from app.repo.sending import insert_attempts, take_verdict
-from jobs.pacing import Pacer, Rates
+from app.repo.sending import take_verdict
+from jobs.call import Called, Prepared, call, give_back, record_batch
+from jobs.in_flight import InFlight
+from jobs.pacing import Pacer, Rates, listen
 from jobs.queues import (
     clear_dirty,
     get_queue,
     get_redis,
     is_dirty,
+    others_waiting,
     release_drain,
     renew_drain,
     ring_drain,
     whole_second_after,
 )
-from jobs.send import (
-    Prepared,
-    call_and_record,
-    credentials_for,
-    hold_unsendable,
-    prepare,
-    sender_problem,
-)
+from jobs.send import hold_unsendable, prepare_batch, sender_problem
 
 log = logging.getLogger(__name__)
 
-# Provider codes that mean "this identity is sending too fast" (not one recipient).
-SLOW_DOWN_CODES = frozenset({130429, 80007, 4, 20429})
 # Waits for a pacing slot up to this long are spent inside the drain when no other drain
 # is waiting for a worker; longer ones are rung through RQ's scheduler.
 MAX_INLINE_WAIT = 2.0
-# A drain rung to the back of the queue (a slice's end) waits there a moment even when a
-# worker is idle: a job still queued after this long has no worker to take it. Without the
-# grace, a drain short of a slot at that moment handed its worker back and came back
-# through RQ's scheduler, a whole second or more later (likely the 1 s gap, at a slice's
-# end, in a 10/s identity's sends in bench/pacing.py on 2026-12-03).
-IDLE_WORKER_GRACE = 0.05
 # While a reply drain's calls are in flight and a call thread is free, it looks this often
 # for a ring (the dirty flag), and claims what was rung without waiting for those calls to
 # end. A call that ends wakes it at once; the poll only matters behind a slow call, where
@@ -130,6 +97,14 @@ def ring_identity(
     return True
 
 
+def ring_message(message_id: int, lane: str, identity_id: int) -> bool:
+    """A message became due: ring its identity's drain for its lane (False: Redis is
+    unreachable; the sweeper rings it later). The one entry point for views and commands.
+    """
+    del message_id  # the drain finds it: the unit of work is the identity and lane
+    return ring_identity(identity_id, lane, current_app.config["RATCHET"])
+
+
 @dataclass
 class Drain:
     db: Database
@@ -142,36 +117,28 @@ class Drain:
     clock: Callable[[], datetime] = utcnow
     monotonic: Callable[[], float] = time.monotonic
     outcomes: Counter[str] = field(default_factory=Counter)
-    # The threads that call the provider, kept for the whole run: starting a pool's threads
-    # for every batch cost more CPU than one send's log line.
-    _calls: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
-    # Calls submitted and not yet collected, oldest first: a reply drain goes on to claim
-    # what was rung while these are in flight (`_collect`).
-    _in_flight: list[Future[tuple[str, object]]] = field(
-        default_factory=list, init=False, repr=False
-    )
+    # Calls submitted and not yet collected: a reply drain goes on to claim what was rung
+    # while these are in flight (`_collect`).
+    _in_flight: InFlight = field(init=False, repr=False)
     _watching: bool = field(default=True, init=False, repr=False)
     # The last step left due messages unclaimed for want of a free call thread: on the
     # reply lane the next step starts as soon as one frees up, not when all have.
     _capped: bool = field(default=False, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        name = f"drain-{self.identity_id}-{self.lane}"
+        self._in_flight = InFlight(self.config.drain_concurrency, name)
+
     @property
     def lease_ms(self) -> int:
         return int(self.config.drain_lease_seconds * 1000)
-
-    @property
-    def _threads(self) -> int:
-        """Provider calls in flight at once, at most."""
-        return max(1, self.config.drain_concurrency)
 
     def run(self, token: str) -> str:
         try:
             return self._run(token)
         finally:
-            self._abandon()
-            if self._calls is not None:
-                self._calls.shutdown(wait=True)
-                self._calls = None
+            self._abandon("the drain ended")
+            self._in_flight.close()
 
     def _run(self, token: str) -> str:
         started = self.monotonic()
@@ -196,9 +163,9 @@ class Drain:
                     break
             self._collect(watch=False)  # every call ends before the drain lets go
         except (RedisError, SQLAlchemyError) as exc:
-            # Redis or the database went away mid-drain. Whatever was claimed stays leased
-            # and becomes due again when the lease expires; the sweeper rings the drain.
-            self._abandon()
+            # Redis or the database went away mid-drain. Calls not yet begun are given back
+            # (or, without the database, lapse with their lease); the sweeper rings it.
+            self._abandon(f"the drain stopped: {exc.__class__.__name__}")
             log.warning(
                 "drain %s/%s stopped: %s; the sweeper rings it again",
                 self.identity_id,
@@ -272,7 +239,8 @@ class Drain:
         # cost per message; a queued call that could start only past its lease's latest
         # start (a slow provider) stands down and gives its message back unsent, due again
         # at once (`stand_down`), and the cap bounds that waste.
-        cap = self._threads - len(self._in_flight) if self._in_flight else 2 * self._threads
+        threads = self._in_flight.threads
+        cap = self._in_flight.free if self._in_flight else 2 * threads
         # More due than this step takes: a reply drain looks again as soon as a thread is
         # free, instead of waiting for every call (`_collect`).
         self._capped = want > cap or want >= self.config.drain_batch
@@ -285,11 +253,12 @@ class Drain:
             instruments.PACING_WAIT_SECONDS.labels(self.lane).inc(grant.wait)
             if grant.wait <= MAX_INLINE_WAIT:
                 waited_from = time.monotonic()
-                if not self._others_waiting(within=grant.wait):
-                    time.sleep(max(0.0, grant.wait - (time.monotonic() - waited_from)))
+                if not others_waiting(self.redis, self.lane, within=grant.wait):
+                    # The wait is spent recording the calls that end meanwhile.
+                    self._collect_for(grant.wait - (time.monotonic() - waited_from))
                     return _Step()
             return _Step(stop=True, again=now + timedelta(seconds=grant.wait))
-        # 3. Claim and prepare in one transaction; call and record each concurrently.
+        # 3. Claim and prepare in one transaction; call each on a thread, record in batches.
         lease = timedelta(seconds=self.config.lease_seconds)
         with self.db.transaction() as session:
             # Both clocks read together, the monotonic one first: the lease is stamped from
@@ -306,46 +275,22 @@ class Drain:
                 lease,
                 skip_recipients=pairs.blocked,
                 one_each=pairs.paced,
+                hold=timedelta(seconds=self.config.conversation_hold),
             )
             identity = get_identity(session, self.identity_id)
             assert identity is not None
-            # The batch's rows in one read, after the claim wrote them.
-            loaded = {
-                message.id: message
-                for message in session.scalars(
-                    select(Message)
-                    .where(Message.id.in_([claim.message_id for claim in claims]))
-                    .execution_options(populate_existing=True)
-                )
-            }
-            credentials = credentials_for(self.box, identity, self.config.public_base_url)
-            batch: list[Prepared] = []
-            attempt_rows: list[dict[str, Any]] = []
-            for claim in claims:
-                prepared = prepare(
-                    session,
-                    self.box,
-                    self.config,
-                    identity,
-                    claim,
-                    claimed_mono,
-                    now,
-                    message=loaded[claim.message_id],
-                    attempt_rows=attempt_rows,
-                    credentials=credentials,
-                )
-                if isinstance(prepared, Prepared):
-                    batch.append(prepared)
-                else:
-                    self.outcomes[prepared[0].split(" ", 1)[0]] += 1
-                    with log_context(
-                        message_id=claim.message_id,
-                        attempt=claim.attempt,
-                        identity_id=self.identity_id,
-                        lane=self.lane,
-                    ):
-                        log.info("%s", prepared[0], extra={"outcome": "no call"})
-            insert_attempts(session, attempt_rows)
+            batch, decided = prepare_batch(
+                session, self.box, self.config, identity, claims, claimed_mono, now
+            )
+            for claim, outcome in decided:
+                self.outcomes[outcome.split(" ", 1)[0]] += 1
+                with log_context(
+                    message_id=claim.message_id,
+                    attempt=claim.attempt,
+                    identity_id=self.identity_id,
+                    lane=self.lane,
+                ):
+                    log.info("%s", outcome, extra={"outcome": "no call"})
             # Fewer claimed than granted (another drain holds the rest, or they are a
             # paced recipient's): nothing more to take as a thread frees, only on a ring.
             self._capped = self._capped and len(claims) == grant.slots
@@ -355,61 +300,77 @@ class Drain:
                 self.pacer.pair_sends(
                     self.identity_id, [p.recipient for p in batch if p.recipient in paced]
                 )
-        if batch:
-            if self._calls is None:
-                self._calls = ThreadPoolExecutor(
-                    max_workers=self._threads,
-                    thread_name_prefix=f"drain-{self.identity_id}-{self.lane}",
-                )
-            self._in_flight += [self._calls.submit(self._send, prepared) for prepared in batch]
-        self._collect(watch=self.lane == "reply")
+        self._in_flight.submit(batch, self._send)
+        self._collect(watch=self.lane == "reply", refill=True)
         return _Step()
 
-    def _collect(self, *, watch: bool) -> None:
-        """Wait for the calls in flight and count their outcomes.
+    def _collect(self, *, watch: bool, refill: bool = False) -> None:
+        """Wait for the calls in flight and record their ends, a batch at a time.
 
-        `watch` (the reply lane): return as soon as a ring arrives while some are still in
-        flight and a call thread is free, so a reply committed during another reply's call
-        is claimed and sent now, not after that call and its record; and as soon as a
-        thread is free when the last step left replies due for want of one. The calls left in
-        flight are collected by a later step, and all of them before the drain lets go.
+        `refill`: return when the last step left messages due for want of call threads and
+        enough are free again (a batch's worth, or one on the reply lane), so the calls in
+        flight follow the pace (rate x answer time), not one batch at a time.
+        `watch` (the reply lane): also return as soon as a ring arrives while a call thread
+        is free, so a reply committed during another reply's call is claimed and sent now,
+        not after that call and its record. The calls left in flight are collected by a
+        later step, and all of them before the drain lets go.
         """
+        enough = 1 if watch else min(self.config.drain_batch, self._in_flight.threads)
         try:
             while self._in_flight:
-                if watch and self._capped and len(self._in_flight) < self._threads:
-                    return  # replies already due wait for a thread, not for every call
+                free = self._in_flight.free
+                if refill and self._capped and free >= enough:
+                    return  # what is already due waits for a thread, not for every call
                 # Polling only while a ring could be acted on: with every thread busy, the
                 # next call to end is what to wait for.
-                looking = watch and self._watching and len(self._in_flight) < self._threads
-                done, _ = wait(
-                    self._in_flight,
-                    timeout=RING_WATCH_SECONDS if looking else None,
-                    return_when=FIRST_COMPLETED,
-                )
-                for call in [call for call in self._in_flight if call in done]:
-                    self._in_flight.remove(call)
-                    self._count(call)
+                looking = watch and self._watching and free > 0
+                self._record(self._in_flight.wait(RING_WATCH_SECONDS if looking else None))
                 if looking and self._in_flight and self._rung():
                     return
-        except BaseException:
-            self._abandon()
+        except BaseException as exc:
+            self._abandon(f"the drain was cut short: {exc.__class__.__name__}")
             raise
 
-    def _count(self, call: Future[tuple[str, object]]) -> None:
-        outcome, _ = call.result()
-        self.outcomes[outcome.split(" ", 1)[0].rstrip(":")] += 1
+    def _collect_for(self, seconds: float) -> None:
+        """A pacing wait, spent recording the calls that end meanwhile."""
+        until = time.monotonic() + seconds
+        try:
+            while self._in_flight and (left := until - time.monotonic()) > 0:
+                self._record(self._in_flight.wait(left))
+        except BaseException as exc:
+            self._abandon(f"the drain was cut short: {exc.__class__.__name__}")
+            raise
+        time.sleep(max(0.0, until - time.monotonic()))
 
-    def _abandon(self) -> None:
+    def _record(self, calls: list[Called]) -> None:
+        """3. The ends collected, recorded in one transaction (`record_batch`); then for
+        each 4., the provider's word on our pace, and the one log line per send outcome
+        (its context names the message, attempt, identity and lane)."""
+        for called, outcome, _ in record_batch(self.db, self.config, calls, self.clock):
+            claim = called.prepared.claim
+            self.outcomes[outcome.split(" ", 1)[0].rstrip(":")] += 1
+            with log_context(
+                message_id=claim.message_id,
+                attempt=claim.attempt,
+                identity_id=self.identity_id,
+                lane=self.lane,
+            ):
+                if called.result is not None:
+                    listen(self.pacer, self.identity_id, called.prepared.recipient, called.result)
+                log.info("%s", outcome, extra={"outcome": outcome.split(" ", 1)[0].rstrip(":")})
+
+    def _abandon(self, why: str) -> None:
         """The database or Redis went away, or the job is cut short: no call not yet begun
-        is made (its claim lapses and it is due again), and this returns only when those
-        begun have ended."""
-        calls, self._in_flight = self._in_flight, []
-        for call in calls:
-            call.cancel()
-        wait(calls)
-        for call in calls:  # what those that ended did is still counted
-            if not call.cancelled() and call.exception() is None:
-                self._count(call)
+        is made, and each is given back as never sent (`give_back`); this returns only
+        when those begun have ended, and records what they did (without the database,
+        their leases lapse: unknown outcomes, as the lease rule says)."""
+        ended, unsent = self._in_flight.abandon()
+        try:
+            self._record(ended)
+        except SQLAlchemyError as exc:
+            log.warning("%d answers not recorded (%s): their leases lapse", len(ended), exc)
+        if give_back(self.db, unsent, self.clock(), why):
+            self.outcomes["given back"] += len(unsent)
 
     def _rung(self) -> bool:
         """A ring since this step cleared the dirty flag: something new may be due.
@@ -425,106 +386,12 @@ class Drain:
             self._watching = False
             return False
 
-    def _send(self, prepared: Prepared) -> tuple[str, object]:
-        def feedback(result: SendResult) -> None:
-            # 4. The provider's word on our pace, after the outcome is recorded, and best
-            # effort: without Redis the pace is simply not adjusted this time.
-            try:
-                adjust(result)
-            except RedisError as exc:
-                log.warning("identity %s: pace not adjusted: %s", self.identity_id, exc)
-
-        def adjust(result: SendResult) -> None:
-            code = result.error.code if result.error else None
-            if result.failure is FailureClass.RATE_LIMITED and code in SLOW_DOWN_CODES:
-                factor = self.pacer.slow_down(self.identity_id)
-                log.warning(
-                    "provider rate limit (%s): the identity's pace x%s for a minute", code, factor
-                )
-            elif result.failure is FailureClass.PAIR_LIMITED:
-                self.pacer.pair_limited(self.identity_id, prepared.recipient)
-
-        outcome, next_ring = call_and_record(
-            self.db, self.config, prepared, self.clock, self.monotonic, on_result=feedback
-        )
-        # The one line per send outcome; the log's formatter names the message, attempt,
-        # identity and lane from the context.
-        with log_context(
-            message_id=prepared.claim.message_id,
-            attempt=prepared.claim.attempt,
-            identity_id=self.identity_id,
-            lane=self.lane,
-        ):
-            log.info("%s", outcome, extra={"outcome": outcome.split(" ", 1)[0].rstrip(":")})
-        return outcome, next_ring
-
-    def _others_waiting(self, *, within: float) -> bool:
-        """Other drains queued for this lane's workers and still there after a moment (no
-        idle worker took them): hand the worker back to them. The moment is at most
-        `within`, the wait this drain has ahead anyway."""
-        try:
-            queue = get_queue(self.lane, self.redis)
-            if queue.count == 0:
-                return False
-            time.sleep(min(IDLE_WORKER_GRACE, within))
-            return queue.count > 0
-        except Exception:
-            return False
+    def _send(self, prepared: Prepared) -> Called:
+        """On a call thread: the call alone, no database (`call`)."""
+        return call(self.config, prepared, self.monotonic, self.clock)
 
 
 @dataclass(frozen=True, slots=True)
 class _Step:
     stop: bool = False
     again: datetime | None = None  # ring the drain again at this time
-
-
-def count_due(
-    session: Session,
-    identity_id: int,
-    lane: str,
-    now: datetime,
-    config: Config,
-    blocked: Sequence[str] = (),
-    paced: Sequence[str] = (),
-) -> int:
-    """How many messages of this identity and lane may be claimed now, up to one batch:
-    none to a `blocked` recipient, one to each `paced` one (as `claim_batch` takes them)."""
-    due = claimable(identity_id, lane, now)
-    query = select(Message.id).where(*due)
-    skip = [*blocked, *paced]
-    if skip:
-        query = query.where(Message.recipient.not_in(skip))
-    # In the claim's order, so read as the claim reads (see `plan_without_sorts`).
-    plan_without_sorts(session)
-    limited = query.order_by(CLAIM_ORDER).limit(config.drain_batch).subquery()
-    count = session.scalar(select(func.count()).select_from(limited)) or 0
-    if paced:
-        count += (
-            session.scalar(
-                select(func.count(func.distinct(Message.recipient))).where(
-                    *due, Message.recipient.in_(paced)
-                )
-            )
-            or 0
-        )
-    return min(count, config.drain_batch)
-
-
-def owed_verdicts(session: Session, identity_id: int, lane: str, now: datetime) -> list[int]:
-    """Messages of this identity and lane whose grace wait is over and owe a verdict."""
-    plan_without_sorts(session)
-    return list(
-        session.scalars(
-            select(Message.id)
-            .where(
-                Message.identity_id == identity_id,
-                Message.lane == lane,
-                Message.status == Status.SENDING.value,
-                Message.pending_verdict.is_not(None),
-                Message.next_attempt_at <= now,
-            )
-            # Oldest first, as `ix_messages_owed_verdicts` gives them (`plan_without_sorts`).
-            .order_by(Message.next_attempt_at)
-            .limit(100)
-        )
-    )

@@ -24,11 +24,17 @@ Both live in Redis with an expiry: a flush just ends them early.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import RedisError
+
+from app.providers.base import FailureClass, SendResult
+
+log = logging.getLogger(__name__)
 
 # KEYS: the buckets. ARGV: want, then per bucket its interval (microseconds) and burst.
 # Returns {granted, wait in microseconds until the next slot after this grant}.
@@ -265,3 +271,24 @@ def paces(redis: Redis, identity_ids: list[int]) -> dict[int, Pace]:
         factor = float(raw) if raw else 1.0
         found[identity_id] = Pace(factor, max(0, int(ttl or 0)) / 1000 if raw else 0.0)
     return found
+
+
+# Provider codes that mean "this identity is sending too fast" (not one recipient).
+SLOW_DOWN_CODES = frozenset({130429, 80007, 4, 20429})
+
+
+def listen(pacer: Pacer, identity_id: int, recipient: str, result: SendResult) -> None:
+    """The provider's word on our pace, after the outcome is recorded: a rate limit slows
+    the identity, a pair limit paces the recipient. Best effort: without Redis the pace is
+    simply not adjusted this time."""
+    code = result.error.code if result.error else None
+    try:
+        if result.failure is FailureClass.RATE_LIMITED and code in SLOW_DOWN_CODES:
+            factor = pacer.slow_down(identity_id)
+            log.warning(
+                "provider rate limit (%s): the identity's pace x%s for a minute", code, factor
+            )
+        elif result.failure is FailureClass.PAIR_LIMITED:
+            pacer.pair_limited(identity_id, recipient)
+    except RedisError as exc:
+        log.warning("identity %s: pace not adjusted: %s", identity_id, exc)

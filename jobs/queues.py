@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -157,4 +158,28 @@ def is_reachable(redis: Redis | None = None) -> bool:
     try:
         return bool((redis or get_redis()).ping())
     except RedisError:
+        return False
+
+
+# A drain rung to the back of the queue (a slice's end) waits there a moment even when a
+# worker is idle: a job still queued after this long has no worker to take it. Without the
+# grace, a drain short of a slot at that moment handed its worker back and came back
+# through RQ's scheduler, a whole second or more later (likely the 1 s gap, at a slice's
+# end, in a 10/s identity's sends in bench/pacing.py on 2026-12-03).
+IDLE_WORKER_GRACE = 0.05
+
+
+def others_waiting(
+    redis: Redis, lane: str, grace: float = IDLE_WORKER_GRACE, *, within: float
+) -> bool:
+    """Other drains queued for this lane's workers and still there after a moment (no
+    idle worker took them): a drain hands its worker back to them. The moment is `grace`,
+    at most `within` (the wait the drain has ahead anyway)."""
+    try:
+        queue = get_queue(lane, redis)
+        if queue.count == 0:
+            return False
+        time.sleep(min(grace, within))
+        return queue.count > 0
+    except Exception:
         return False

@@ -183,10 +183,16 @@ class Provider(Protocol):
     name: str
 
     def send(
-        self, credentials: Credentials, message: OutboundMessage, *, timeout: float
+        self,
+        credentials: Credentials,
+        message: OutboundMessage,
+        *,
+        timeout: float,
+        not_after: float | None = None,
     ) -> SendResult:
-        """One attempt, within a total deadline of `timeout` seconds. Never raises for
-        anything the provider or the network does: every outcome is a `SendResult`."""
+        """One attempt, within a total deadline of `timeout` seconds and never past
+        `not_after` (a `time.monotonic()` instant). Never raises for anything the provider
+        or the network does: every outcome is a `SendResult`."""
         ...
 
     def routing_ids(self, payload: dict[str, Any]) -> list[str]:

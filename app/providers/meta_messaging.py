@@ -11,7 +11,6 @@ knows nothing of the database or the queue.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -29,7 +28,7 @@ from .base import (
     WebhookBatch,
     WebhookFormatError,
 )
-from .http import HttpAnswer, TransportError, post_json
+from .http import HttpAnswer, TransportError, call_deadline, post_json
 from .parsing import (
     int_or_none,
     json_or_none,
@@ -60,9 +59,14 @@ class MetaMessagingProvider:
     # 1. Sending
 
     def send(
-        self, credentials: Credentials, message: OutboundMessage, *, timeout: float
+        self,
+        credentials: Credentials,
+        message: OutboundMessage,
+        *,
+        timeout: float,
+        not_after: float | None = None,
     ) -> SendResult:
-        deadline = time.monotonic() + timeout
+        deadline = call_deadline(timeout, not_after)
         url = f"{credentials.base_url.rstrip('/')}/{credentials.account_id}/messages"
         headers = {
             # The Graph API takes the token as a Bearer header as well as `access_token`;

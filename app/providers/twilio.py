@@ -19,7 +19,6 @@ import base64
 import hashlib
 import hmac
 import json
-import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -36,7 +35,7 @@ from .base import (
     WebhookBatch,
     WebhookFormatError,
 )
-from .http import HttpAnswer, TransportError, post_form
+from .http import HttpAnswer, TransportError, call_deadline, post_form
 from .parsing import header, int_or_none, json_or_none, str_or_none
 
 NAME = "twilio"
@@ -53,9 +52,14 @@ class TwilioProvider:
     # 1. Sending
 
     def send(
-        self, credentials: Credentials, message: OutboundMessage, *, timeout: float
+        self,
+        credentials: Credentials,
+        message: OutboundMessage,
+        *,
+        timeout: float,
+        not_after: float | None = None,
     ) -> SendResult:
-        deadline = time.monotonic() + timeout
+        deadline = call_deadline(timeout, not_after)
         url = messages_url(credentials.base_url, credentials.account_id)
         basic = f"{credentials.account_id}:{credentials.token}".encode()
         headers = {

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +25,7 @@ from .base import (
     WebhookBatch,
     WebhookFormatError,
 )
-from .http import HttpAnswer, TransportError, post_json
+from .http import HttpAnswer, TransportError, call_deadline, post_json
 from .parsing import (
     int_or_none,
     json_or_none,
@@ -50,9 +49,14 @@ class WhatsAppProvider:
     # 1. Sending
 
     def send(
-        self, credentials: Credentials, message: OutboundMessage, *, timeout: float
+        self,
+        credentials: Credentials,
+        message: OutboundMessage,
+        *,
+        timeout: float,
+        not_after: float | None = None,
     ) -> SendResult:
-        deadline = time.monotonic() + timeout
+        deadline = call_deadline(timeout, not_after)
         url = f"{credentials.base_url.rstrip('/')}/{credentials.account_id}/messages"
         headers = {
             "Authorization": f"Bearer {credentials.token}",

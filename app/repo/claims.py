@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import Source, Status
 from app.models import Identity, Message, MessageEvent
+from app.repo.conversations import HOLD, OVERTAKEN, in_conversation_order, overtaken_id
 from app.repo.events import append_event
 from app.repo.sql import keyed, rows_changed
 from app.repo.template_holds import not_template_held
@@ -56,10 +57,13 @@ def is_due(now: datetime) -> Any:
     )
 
 
-def claimable(identity_id: int, lane: str, now: datetime) -> tuple[Any, ...]:
+def claimable(
+    identity_id: int, lane: str, now: datetime, hold: timedelta = HOLD
+) -> tuple[Any, ...]:
     """A message of this identity and lane a drain may claim now: due, owing no verdict
-    (`take_verdict` records those), and using no template Meta paused, disabled or
-    rejected (`app/repo/template_holds.py`). The identity's pause is read apart, under a lock."""
+    (`take_verdict` records those), next in its conversation (`app/repo/conversations.py`),
+    and using no template Meta paused, disabled or rejected (`app/repo/template_holds.py`).
+    The identity's pause is read apart, under a lock."""
     return (
         Message.identity_id == identity_id,
         Message.lane == lane,
@@ -67,6 +71,7 @@ def claimable(identity_id: int, lane: str, now: datetime) -> tuple[Any, ...]:
         is_due(now),
         Message.pending_verdict.is_(None),
         not_template_held(identity_id),
+        in_conversation_order(now, hold),
     )
 
 
@@ -215,6 +220,7 @@ def claim_batch(
     *,
     skip_recipients: list[str] | None = None,
     one_each: Collection[str] = (),
+    hold: timedelta = HOLD,
 ) -> list[Claim]:
     """Claim up to `limit` due messages of one identity and lane for one attempt each.
 
@@ -224,9 +230,10 @@ def claim_batch(
        `claim_message` does for one (the rows are locked, so the state read is the state
        written over), and append one claim event each in one INSERT.
     A paused identity claims nothing, nor does a paused campaign lane; a message owing a
-    verdict is left to `take_verdict`. Messages to `skip_recipients` are not claimed, and
-    of those to a recipient in `one_each` only the oldest, before any other (the provider's
-    pair limit).
+    verdict is left to `take_verdict`, and a message behind an earlier one of its
+    conversation waits for it (at most `hold` behind a retry). Messages to `skip_recipients`
+    are not claimed, and of those to a recipient in `one_each` only the oldest, before any
+    other (the provider's pair limit).
     """
     if limit <= 0:
         return []
@@ -240,7 +247,7 @@ def claim_batch(
     if state is None or lane_paused(state, lane):
         return []
     plan_without_sorts(session)
-    due = claimable(identity_id, lane, now)
+    due = claimable(identity_id, lane, now, hold)
     columns = (
         Message.id,
         Message.status,
@@ -248,6 +255,7 @@ def claim_batch(
         Message.attempt,
         Message.next_attempt_at,
         Message.lease_until,
+        overtaken_id().label("overtakes"),
     )
     rows: list[Any] = []
     if one_each:
@@ -334,6 +342,12 @@ def claim_batch(
                     "lease_lost": claim.lease_lost,
                     "due_at": row.next_attempt_at.isoformat() if row.next_attempt_at else None,
                     "batch": len(claims),
+                    # Past the conversation's hold: the earlier message is still retrying.
+                    **(
+                        {"overtook": row.overtakes, "note": OVERTAKEN.format(row.overtakes)}
+                        if row.overtakes
+                        else {}
+                    ),
                 },
             }
             for claim, row in claims
@@ -342,45 +356,13 @@ def claim_batch(
     return [claim for claim, _ in claims]
 
 
-def earliest_due(session: Session, identity_id: int, lane: str, now: datetime) -> datetime | None:
-    """When this identity and lane next has something due: a retry, a verdict, or a lease
-    that will expire (None: nothing is waiting)."""
-    # Each the first row in an order one index gives, `ix_messages_due` and
-    # `ix_messages_leases` (see `plan_without_sorts`); `min()` let PostgreSQL read the
-    # whole waiting set through another index when the statistics predate the backlog.
-    plan_without_sorts(session)
-    waiting = [
-        session.scalar(
-            select(column)
-            .where(
-                Message.identity_id == identity_id,
-                Message.lane == lane,
-                Message.status == Status.SENDING.value,
-                column > now,
-            )
-            .order_by(column)
-            .limit(1)
+def claimed_messages(session: Session, claims: Collection[Claim]) -> dict[int, Message]:
+    """A batch's rows in one read, after its claim wrote them."""
+    return {
+        message.id: message
+        for message in session.scalars(
+            select(Message)
+            .where(Message.id.in_([claim.message_id for claim in claims]))
+            .execution_options(populate_existing=True)
         )
-        for column in (Message.next_attempt_at, Message.lease_until)
-    ]
-    times = [t for t in waiting if t is not None]
-    return min(times) if times else None
-
-
-def due_again_at(session: Session, message_id: int, now: datetime) -> tuple[str, datetime] | None:
-    """(lane, time) when a message that is not due yet will be: its retry or its verdict.
-
-    RQ keeps a scheduled time to whole seconds, so a ring can arrive just before the
-    message's `next_attempt_at`; the job rings it again for that time instead of leaving
-    it to the sweeper. A lease in flight is not rung: its holder rings what comes next.
-    """
-    row = session.execute(
-        select(Message.lane, Message.status, Message.next_attempt_at).where(
-            Message.id == message_id
-        )
-    ).first()
-    if row is None or row.status != Status.SENDING.value or row.next_attempt_at is None:
-        return None
-    if row.next_attempt_at <= now:
-        return None
-    return row.lane, row.next_attempt_at
+    }

@@ -8,7 +8,7 @@
    hold a deliverable copy unless forced with a reason) on the same locked row.
 4. Record the audit row, with the tenant, in the same transaction.
 
-The caller rings the message after the commit (`jobs.send.ring_message`).
+The caller rings the message after the commit (`jobs.drain.ring_message`).
 """
 
 from __future__ import annotations

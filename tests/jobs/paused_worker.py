@@ -4,7 +4,8 @@ test keeps it stopped.
 
 `python -m tests.jobs.paused_worker MESSAGE_ID [--no-check]`, configured from the
 environment like any Ratchet process. With `--no-check` its monotonic clock stands still,
-so the lease check cannot see the pause: the test's proof that the check is what helps.
+so the lease check cannot see the pause, as it could not see one between the check and
+the call: the call's latest end, fixed at the claim, must stop it.
 Prints the outcome on its last line.
 """
 

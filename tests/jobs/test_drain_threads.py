@@ -33,14 +33,14 @@ def test_a_drain_sends_every_batch_from_the_same_threads_and_stops_them_when_it_
     prefix = f"drain-{identity_id}-campaign"
 
     drain = Drain(env.db, env.box, config, redis, Pacer(redis), identity_id, "campaign")
-    with caplog.at_level(logging.INFO, logger="jobs.drain"):
+    with caplog.at_level(logging.DEBUG, logger="app.providers.http"):
         summary = drain.run("threads")
 
     assert "9 accepted" in summary
     assert [env.message(i).status for i in ids] == ["sent"] * 9
     assert len(env.accepted(number)) == 9
-    # The one line per send outcome is logged from the thread that made the call.
-    senders = [r.threadName for r in caplog.records if r.getMessage().startswith("accepted")]
+    # Each request is logged (at debug) from the thread that made it.
+    senders = [r.threadName for r in caplog.records if r.getMessage().startswith("POST ")]
     assert len(senders) == 9
     assert all(name.startswith(prefix) for name in senders), senders
     assert len(set(senders)) <= config.drain_concurrency, senders

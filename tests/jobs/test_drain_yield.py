@@ -8,33 +8,24 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
+from redis import Redis
 from rq import Queue
 
-from jobs import drain as drain_module
-from jobs.drain import Drain
-from jobs.pacing import Pacer
-from jobs.queues import get_queue
+from jobs.queues import IDLE_WORKER_GRACE, get_queue, others_waiting
 
 from .conftest import Env
 
 
-def a_drain(env: Env) -> tuple[Drain, Queue]:
-    number = env.number(statuses=[])
+def a_queue(env: Env) -> tuple[Redis, Queue]:
     redis = env.app.extensions["ratchet.redis"]
     queue = get_queue("campaign", redis)
     queue.empty()
-    drain = Drain(
-        env.db, env.box, env.config, redis, Pacer(redis), number["identity_id"], "campaign"
-    )
-    return drain, queue
+    return redis, queue
 
 
-def test_a_job_an_idle_worker_takes_at_once_is_not_one_waiting(
-    env: Env, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    drain, queue = a_drain(env)
-    monkeypatch.setattr(drain_module, "IDLE_WORKER_GRACE", 0.5)  # generous: a loaded CI
+def test_a_job_an_idle_worker_takes_at_once_is_not_one_waiting(env: Env) -> None:
+    redis, queue = a_queue(env)
+    grace = 0.5  # generous: a loaded CI
     job = queue.enqueue("jobs.drain.wake_drain", 1, "campaign")
 
     def idle_worker() -> None:
@@ -44,14 +35,14 @@ def test_a_job_an_idle_worker_takes_at_once_is_not_one_waiting(
     taker = threading.Thread(target=idle_worker)
     taker.start()
     try:
-        assert not drain._others_waiting(within=1.0)
+        assert not others_waiting(redis, "campaign", grace, within=1.0)
     finally:
         taker.join()
 
 
 def test_a_job_no_worker_takes_is_one_waiting_and_an_empty_queue_none(env: Env) -> None:
-    drain, queue = a_drain(env)
-    assert not drain._others_waiting(within=1.0)
+    redis, queue = a_queue(env)
+    assert not others_waiting(redis, "campaign", IDLE_WORKER_GRACE, within=1.0)
     queue.enqueue("jobs.drain.wake_drain", 1, "campaign")
-    assert drain._others_waiting(within=1.0)
+    assert others_waiting(redis, "campaign", IDLE_WORKER_GRACE, within=1.0)
     queue.empty()

@@ -21,7 +21,8 @@ from redis import Redis
 from sqlalchemy import event
 
 from app.repo.claims import claim_batch
-from jobs.drain import Drain, count_due
+from app.repo.due import count_due
+from jobs.drain import Drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys, get_queue
 

@@ -145,7 +145,10 @@ def test_calls_claimed_while_others_are_in_flight_never_queue_past_their_leases(
     claim (the provider timeout). Claiming all four at once would queue the last behind
     the first call and one of its own: it would start about 3 s after its claim and stand
     down unsent. The step claims only the free thread's worth, and the rest at the next."""
-    number = slow_number(env, reply_rate=1000.0, campaign_rate=1000.0, total_rate=2000.0)
+    # Every answer SLOW_ANSWER late, to five people: one person's messages would go one
+    # after another (each conversation in order), never side by side.
+    number = env.number(statuses=[], answer_delay_ms=int(SLOW_ANSWER * 1000))
+    env.set_rates(number, reply_rate=1000.0, campaign_rate=1000.0, total_rate=2000.0)
     identity_id = number["identity_id"]
     config = dataclasses.replace(
         env.config,
@@ -159,8 +162,8 @@ def test_calls_claimed_while_others_are_in_flight_never_queue_past_their_leases(
     redis = env.app.extensions["ratchet.redis"]
     token = "queue-wait"
     redis.set(drain_keys(identity_id, "reply")[0], token, px=60_000)
-    first = env.send(number, SLOW, lane="reply")
-    later = [env.send(number, SLOW, lane="reply", text=f"later {n}") for n in range(4)]
+    first = env.send(number, "15557300010", lane="reply")
+    later = [env.send(number, f"1555730002{n}", lane="reply") for n in range(4)]
     with env.db.transaction() as session:  # four retries, due in an hour
         session.execute(
             update(Message)

@@ -23,10 +23,11 @@ from app.models import Attempt, Identity
 from app.providers.base import Credentials
 from app.repo.claims import claim_message
 from app.repo.identities import get_identity, resume_identity, update_identity
+from jobs.call import Prepared, call_and_record, redacted
 from jobs.drain import Drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys
-from jobs.send import Prepared, call_and_record, prepare, redacted
+from jobs.send import prepare
 
 from .conftest import Env
 

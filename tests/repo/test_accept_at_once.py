@@ -25,7 +25,7 @@ from app.repo.claims import Claim, claim_message
 from app.repo.inbox import IncomingStatus, store_delivery, store_statuses
 from app.repo.messages import apply_status, get_message
 from app.repo.sending import accept_at_once, finish_attempt, record_accepted, start_attempt
-from jobs.send import record_outcome
+from jobs.record import record_outcome
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_message, make_world

@@ -35,7 +35,7 @@ from app.repo.sending import (
     record_failed,
     start_attempt,
 )
-from jobs.send import record_outcome
+from jobs.record import record_outcome
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_message, make_world

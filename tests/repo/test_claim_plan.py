@@ -26,8 +26,8 @@ from sqlalchemy import event, text
 from app import migrate
 from app.correlation import derive_key
 from app.db import Database
-from app.repo.claims import claim_batch, earliest_due
-from jobs.drain import count_due, owed_verdicts
+from app.repo.claims import claim_batch
+from app.repo.due import count_due, earliest_due, owed_verdicts
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import make_world

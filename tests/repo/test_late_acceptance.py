@@ -18,7 +18,8 @@ from app.providers.base import FailureClass, ProviderError, SendResult
 from app.repo.claims import claim_message
 from app.repo.messages import get_message, requeue_message
 from app.repo.sending import start_attempt
-from jobs.send import provider_key_for, record_outcome, send_one
+from jobs.record import record_outcome
+from jobs.send import provider_key_for, send_one
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import make_message, make_world

@@ -231,7 +231,8 @@ def test_an_accepted_message_is_rung_on_its_lanes_queue(
         (drain, (world.identity_id, "campaign"))
     ]
     assert [(j.func, j.args[:2]) for j in jobs["reply"]] == [(drain, (world.identity_id, "reply"))]
-    post(client, world, body(world, text="another"))
+    # To another person: one person's second message would wait for the first's outcome.
+    post(client, world, body(world, to="+15551234568", text="another"))
     assert len(queues["campaign"].get_jobs()) == 1  # rung again: still one drain pending
     assert campaign["lane"] == "campaign" and reply["lane"] == "reply"
     # The job itself runs: it claims the row and calls the provider (unreachable here).

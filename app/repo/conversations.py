@@ -1,0 +1,78 @@
+"""Each conversation in order: the rule a drain's claim keeps (docs/design.md section 7).
+
+On one identity and lane, a recipient's messages reach the provider in the order the API
+accepted them (their ids): a message is not claimed while an earlier one of the same
+conversation (identity, lane, recipient) is unresolved, that is still `queued` or
+`sending` (in flight, or waiting for a retry or a verdict). A retry holds the
+conversation for at most `hold` (`RATCHET_CONVERSATION_HOLD`, 60 s), counted from the
+later of the earlier message's first claim and the later message's acceptance; past
+that the later one goes, and its claim event names the message it overtook.
+
+Both are SQL on the claim's own rows, so they hold across drains and workers: a claim in
+another transaction that has not committed yet still shows the earlier message `queued`
+to this one, which therefore waits. The reply and campaign lanes are separate conversations
+by design: a reply may overtake a campaign message to the same person.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import aliased
+
+from app.lifecycle import Status
+from app.models import Message
+
+_earlier = aliased(Message, name="earlier")
+
+# How long a retry holds the rest of its conversation, unless configured.
+HOLD = timedelta(seconds=60)
+# The note a claim's event carries when it overtook an earlier message past the hold.
+OVERTAKEN = "sent before message {}, which was still being retried"
+
+
+def _earlier_unresolved() -> list[Any]:
+    """An earlier message of the claimed row's conversation, not yet resolved: read through
+    `ix_messages_conversation` (partial on the waiting rows, so it follows the backlog)."""
+    return [
+        _earlier.identity_id == Message.identity_id,
+        _earlier.lane == Message.lane,
+        _earlier.recipient == Message.recipient,
+        _earlier.status.in_([Status.QUEUED.value, Status.SENDING.value]),
+        _earlier.id < Message.id,
+    ]
+
+
+def in_conversation_order(now: datetime, hold: timedelta) -> Any:
+    """The claimed row is the next of its conversation: no earlier message unresolved,
+    unless the one ahead has been retried for longer than `hold` (never one `queued`)."""
+    since = now - hold
+    holding = or_(
+        _earlier.sending_at.is_(None),
+        _earlier.sending_at > since,
+        and_(Message.queued_at.is_not(None), Message.queued_at > since),
+    )
+    # A scalar subquery, never NOT EXISTS (an anti-join), in the order only
+    # `ix_messages_conversation` gives (a drain's reads plan without sorts: see
+    # `plan_without_sorts`): with statistics taken before a backlog, every partial index of
+    # the waiting rows looks empty, and PostgreSQL read the whole of another one for each
+    # row it claimed (`tests/repo/test_claim_plan.py`).
+    return _latest(holding).is_(None)
+
+
+def overtaken_id() -> Any:
+    """A column for the claim's read: the latest earlier message of the row's conversation
+    still unresolved (it is past its hold, or the row would not be claimable), or NULL."""
+    return _latest()
+
+
+def _latest(*also: Any) -> Any:
+    return (
+        select(_earlier.id)
+        .where(*_earlier_unresolved(), *also)
+        .order_by(_earlier.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
