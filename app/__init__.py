@@ -31,6 +31,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         staff_admin,
         stuck,
         webhooks,
+        workers,
     )
     from app.views import auth as sign_in
     from jobs import queues
@@ -59,6 +60,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(sign_in.bp)
     app.register_blueprint(overview.bp)
     app.register_blueprint(stuck.bp)
+    app.register_blueprint(workers.bp)
     app.register_blueprint(dead_letters.bp)
     app.register_blueprint(messages.bp)
     app.register_blueprint(search.bp)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
@@ -37,6 +37,8 @@ from app.repo.queue import due_drains
 from jobs.alerts import AlertEvaluator
 from jobs.bulk import run_plan
 from jobs.drain import ring_identity
+from jobs.queues import get_redis
+from jobs.registry import read_live_by_lane
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +145,11 @@ def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
     )
 
 
+def live_workers() -> Mapping[str, int] | None:
+    """RQ's live workers per lane, for the stuck alert's cause (None: Redis unreachable)."""
+    return read_live_by_lane(get_redis())
+
+
 def run_sweeper(
     db: Database,
     config: Config,
@@ -161,7 +168,7 @@ def run_sweeper(
 
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     passes = 0
-    evaluator = alerts if alerts is not None else AlertEvaluator(db, config)
+    evaluator = alerts if alerts is not None else AlertEvaluator(db, config, workers=live_workers)
     try:
         while not stop.is_set():
             now = clock()
