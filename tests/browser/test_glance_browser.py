@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from ..views.dashboard_world import NOW, Tenants, failed_message, make_staff, make_tenants
 from .conftest import Served, screenshot
@@ -38,3 +38,47 @@ def test_the_overview_poll_keeps_keyboard_focus_where_it_was(
     assert page.evaluate("document.activeElement.ratchetProbe === true")
     assert page.evaluate("document.activeElement.closest('#overview-table') !== null")
     screenshot(page, "36-overview-focus-kept")
+
+
+PHONE = {"width": 390, "height": 844}
+LONG_KEY = "black-friday-2026-order-confirmation-batch-0042-recipient-000000015557654321"
+
+
+def page_width(page: Page) -> int:
+    return int(page.evaluate("document.documentElement.scrollWidth"))
+
+
+def test_at_a_phones_width_the_menu_wraps_long_ids_break_and_raw_boxes_take_focus(
+    browser: Browser, served: Served, tenants: Tenants
+) -> None:
+    message_id = failed_message(served.db, tenants.acme, key=LONG_KEY)
+    context = browser.new_context(viewport=PHONE)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        sign_in(page, served, "ops@acme.test")
+        for path, name in (
+            ("/", "37-phone-overview"),
+            ("/workers", "38-phone-workers"),
+            ("/dead-letters", "39-phone-dead-letters"),
+            (f"/messages/{message_id}", "40-phone-message"),
+        ):
+            page.goto(served.url + path)
+            assert page_width(page) <= PHONE["width"], path
+            # Every menu link lies inside the dark header (none spilt onto the white page).
+            header = page.locator("header.top").bounding_box()
+            assert header is not None
+            for link in page.locator("header.top nav a").all():
+                box = link.bounding_box()
+                assert box is not None
+                assert box["x"] + box["width"] <= PHONE["width"], (path, link.inner_text())
+                assert box["y"] + box["height"] <= header["y"] + header["height"]
+            screenshot(page, name)
+        # The verbatim answer's scrolling box is reached by the keyboard.
+        raw = page.locator("pre.raw").first
+        expect(raw).to_have_attribute("tabindex", "0")
+        raw.focus()
+        assert page.evaluate("document.activeElement.tagName") == "PRE"
+        expect(page.get_by_text(LONG_KEY)).to_be_visible()
+    finally:
+        context.close()
