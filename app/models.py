@@ -249,13 +249,13 @@ class Message(Base):
             postgresql_where=text("status = 'failed'"),
             sqlite_where=text("status = 'failed'"),
         ),
-        # The overview's dead-letter count per identity and lane, from the index alone.
+        # The overview's dead-letter count per identity and lane (the page's rows), index-only.
         Index(
             "ix_messages_dead_by_lane",
             "identity_id",
             "lane",
-            postgresql_where=text("status = 'failed'"),
-            sqlite_where=text("status = 'failed'"),
+            postgresql_where=text("status = 'failed' AND dead_letter_rank IS NOT NULL"),
+            sqlite_where=text("status = 'failed' AND dead_letter_rank IS NOT NULL"),
         ),
         # Search: an idempotency key without its tenant, a recipient's first digits.
         Index("ix_messages_idempotency_key", "idempotency_key"),

@@ -61,6 +61,16 @@ class Preview:
         return sum(group.count for group in self.groups) + self.held_count
 
     @property
+    def matched(self) -> int:
+        """Everything the filters matched, a bulk cancel's already claimed ones included."""
+        return self.total + self.claimed_count
+
+    @property
+    def actionable(self) -> int:
+        """What the plan may touch: the matched less the held and the claimed."""
+        return sum(group.count for group in self.groups)
+
+    @property
     def default_count(self) -> int:
         return sum(group.count for group in self.groups if group.selected)
 

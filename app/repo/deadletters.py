@@ -53,6 +53,7 @@ class Cursor:
 class Filters:
     tenant_id: int | None = None
     identity_id: int | None = None
+    lane: str | None = None
     failure_class: str | None = None
     code: int | None = None
     since: datetime | None = None
@@ -186,6 +187,8 @@ def apply_filters(query: Select[*Ts], filters: Filters) -> Select[*Ts]:
         query = query.where(Message.tenant_id == filters.tenant_id)
     if filters.identity_id is not None:
         query = query.where(Message.identity_id == filters.identity_id)
+    if filters.lane:
+        query = query.where(Message.lane == filters.lane)
     if filters.failure_class:
         query = query.where(Message.failure_class == filters.failure_class)
     if filters.code is not None:

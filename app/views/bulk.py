@@ -69,16 +69,18 @@ def preview_requeue_view() -> ResponseReturnValue:
     form = request.form
     failure_class = form.get(CLASSES_FIELD, "")
     period = form.get("period", "")
+    lane = form.get("lane", "")
     filters = Filters(
         tenant_id=tenant_scope(),
         identity_id=_int(form.get("identity")),
+        lane=lane if lane in LANES else None,
         failure_class=failure_class if failure_class in CLASSES else None,
         code=_int(form.get("code")),
         since=now() - PERIODS[period] if period in PERIODS else None,
     )
     described = {
         key: form.get(key, "")
-        for key in ("identity", CLASSES_FIELD, "code", "period")
+        for key in ("identity", "lane", CLASSES_FIELD, "code", "period")
         if form.get(key, "")
     }
     with get_db().transaction() as session:

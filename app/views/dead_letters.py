@@ -19,6 +19,7 @@ from app.repo.timeline import scoped_message
 from app.views.auth import safe_next
 from app.views.pages import is_htmx, now, staff_blueprint
 from app.views.requeueing import run_requeue, shown_cycle
+from jobs.queues import LANES
 
 bp = staff_blueprint("dead_letters", __name__)
 
@@ -36,9 +37,11 @@ def index() -> ResponseReturnValue:
     scope = tenant_scope()
     failure_class = request.args.get("class", "")
     period = request.args.get("period", "")
+    lane = request.args.get("lane", "")
     filters = Filters(
         tenant_id=scope,
         identity_id=_int("identity"),
+        lane=lane if lane in LANES else None,
         failure_class=failure_class if failure_class in CLASSES else None,
         code=_int("code"),
         since=now() - PERIODS[period] if period in PERIODS else None,
@@ -58,6 +61,7 @@ def index() -> ResponseReturnValue:
         first_args=kept if after else None,
         identities=identities,
         classes=CLASSES,
+        lanes=LANES,
         periods=PERIODS,
         args=request.args,
         now=now(),
