@@ -20,6 +20,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         api,
         audit,
         bulk,
+        charts,
         dead_letters,
         errors,
         health,
@@ -61,6 +62,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(overview.bp)
     app.register_blueprint(stuck.bp)
     app.register_blueprint(workers.bp)
+    app.register_blueprint(charts.bp)
     app.register_blueprint(dead_letters.bp)
     app.register_blueprint(messages.bp)
     app.register_blueprint(search.bp)

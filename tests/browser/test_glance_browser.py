@@ -3,12 +3,20 @@ workers a lane needs, and the pages at a phone's width (390 px)."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from ..views.dashboard_world import NOW, Tenants, failed_message, make_staff, make_tenants
+from ..views.dashboard_world import (
+    NOW,
+    Tenants,
+    failed_message,
+    make_staff,
+    make_tenants,
+    sent_message,
+)
 from .conftest import Served, screenshot
 from .test_dashboard_browser import sign_in
 
@@ -82,3 +90,25 @@ def test_at_a_phones_width_the_menu_wraps_long_ids_break_and_raw_boxes_take_focu
         expect(page.get_by_text(LONG_KEY)).to_be_visible()
     finally:
         context.close()
+
+
+def test_the_charts_page_draws_an_hour_a_person_can_read(
+    page: Page, served: Served, tenants: Tenants
+) -> None:
+    from ..views.test_charts import an_hour_of_traffic
+
+    an_hour_of_traffic(served.db, tenants.acme)
+    for minute in range(0, 10, 3):  # a little more traffic, and a failure streak
+        sent_message(served.db, tenants.acme, f"wamid.more{minute}", minute=minute)
+        failed_message(served.db, tenants.acme, minute=minute)
+    sign_in(page, served, "ops@acme.test")
+    page.get_by_role("link", name="Charts", exact=True).click()
+    expect(page.get_by_role("heading", name="Charts", exact=True)).to_be_visible()
+    expect(page.get_by_role("img", name=re.compile("Messages per 1 m"))).to_be_visible()
+    expect(page.locator("svg.chart")).to_have_count(4)
+    expect(page.locator("ul.bars")).to_contain_text("needs_human")
+    screenshot(page, "41-charts-hour")
+    page.get_by_label("Over the last").select_option("day")
+    page.get_by_role("button", name="Show").click()
+    expect(page.get_by_role("img", name=re.compile("Messages per 15 m"))).to_be_visible()
+    screenshot(page, "42-charts-day")
