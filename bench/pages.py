@@ -353,6 +353,10 @@ def pages(engine: Any) -> dict[str, str]:
         "search: first 9 digits": f"/search?q={recipient[:9]}",
         "message detail": f"/messages/{detail}",
         "identities": "/identities",
+        "workers": "/workers",
+        "charts: hour, all": "/charts?range=hour",
+        "charts: day, busy identity": "/charts?range=day&identity=1",
+        "charts: week, all": "/charts?range=week",
     }
 
 

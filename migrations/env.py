@@ -7,6 +7,7 @@ from sqlalchemy import Connection
 
 from app.db import build_engine
 from app.models import Base
+from app.models_bulk import BulkPlan  # noqa: F401  (its tables in the metadata)
 
 config = context.config
 target_metadata = Base.metadata

@@ -9,7 +9,8 @@ from datetime import datetime
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from app.models import AuditEntry, BulkPlanItem
+from app.models import AuditEntry
+from app.models_bulk import BulkPlanItem
 
 PAGE_SIZE = 50
 

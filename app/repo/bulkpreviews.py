@@ -17,13 +17,12 @@ from sqlalchemy.orm import Session
 from app.lifecycle import Source, Status
 from app.models import (
     Attempt,
-    BulkPlan,
-    BulkPlanItem,
     Identity,
     Message,
     MessageEvent,
     WebhookStatus,
 )
+from app.models_bulk import BulkPlan, BulkPlanItem
 from app.providers.base import FailureClass
 from app.repo.bulkplans import CANCEL, PREVIEWED, REQUEUE, get_plan
 from app.repo.deadletters import Filters, advice, apply_filters

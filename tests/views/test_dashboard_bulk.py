@@ -15,7 +15,8 @@ from rq import Queue, SimpleWorker
 from sqlalchemy import select
 
 from app.db import Database
-from app.models import AuditEntry, BulkPlan, Message
+from app.models import AuditEntry, Message
+from app.models_bulk import BulkPlan
 from jobs.queues import queue_name
 from jobs.sweep import sweep_once
 
