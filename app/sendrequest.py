@@ -62,6 +62,13 @@ class SendRequest(BaseModel):
         "Without it a text goes as RESPONSE, inside the customer's 24-hour window.",
     )
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=MAX_KEY_LENGTH)
+    campaign: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="Optional: a label for a send of many (say `black-friday-2026`), shown on "
+        "the dashboard, where dead letters, search, cancel and bulk requeue filter by it.",
+    )
 
     @field_validator("identity_id", mode="before")
     @classmethod
@@ -70,7 +77,7 @@ class SendRequest(BaseModel):
             raise ValueError("must be a whole number")
         return value
 
-    @field_validator("text", "idempotency_key")
+    @field_validator("text", "idempotency_key", "campaign")
     @classmethod
     def _no_nul(cls, value: str | None) -> str | None:
         if value is not None and NUL in value:
@@ -180,5 +187,7 @@ def fingerprint(request: SendRequest, recipient: str) -> str:
         material["lane"] = request.lane
     if request.tag is not None:
         material["tag"] = request.tag
+    if request.campaign is not None:
+        material["campaign"] = request.campaign
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -7,7 +7,7 @@ a confirmation can tick (`confirm_plan` in `app/repo/bulkplans.py`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from app.models import (
 from app.models_bulk import BulkPlan, BulkPlanItem
 from app.providers.base import FailureClass
 from app.repo.bulkplans import CANCEL, PREVIEWED, REQUEUE, get_plan
+from app.repo.campaigns import CampaignFilter
 from app.repo.deadletters import Filters, advice, apply_filters
 from app.repo.messages import provider_may_hold
 
@@ -181,6 +182,7 @@ class QueuedFilters:
     identity_id: int | None = None
     lane: str | None = None
     queued_since: datetime | None = None
+    by: CampaignFilter = field(default_factory=CampaignFilter)  # template, campaign, key prefix
 
 
 def _queued(query: Any, filters: QueuedFilters) -> Any:
@@ -192,7 +194,7 @@ def _queued(query: Any, filters: QueuedFilters) -> Any:
         query = query.where(Message.lane == filters.lane)
     if filters.queued_since is not None:
         query = query.where(Message.queued_at >= filters.queued_since)
-    return query
+    return filters.by.apply(query)
 
 
 def preview_cancel(

@@ -7,9 +7,9 @@ before it, so a new failure never shifts a row onto two pages or off both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TypeVarTuple
+from typing import TypeVarTuple, cast
 
 from sqlalchemy import ColumnElement, Select, and_, or_, select
 from sqlalchemy.orm import Session
@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from app.lifecycle import Status
 from app.models import Identity, Message, Tenant
 from app.providers.classification import UnknownProviderCodesError, describe
+from app.repo.campaigns import CampaignFilter
 from app.repo.holds import holds_for
 
 PAGE_SIZE = 50
@@ -59,6 +60,7 @@ class Filters:
     since: datetime | None = None
     # The dismissed (and canceled) ones instead: off the actionable list, kept for search.
     dismissed: bool = False
+    by: CampaignFilter = field(default_factory=CampaignFilter)  # template, campaign, key prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +197,7 @@ def apply_filters(query: Select[*Ts], filters: Filters) -> Select[*Ts]:
         query = query.where(Message.last_error["code"].as_integer() == filters.code)
     if filters.since is not None:
         query = query.where(Message.failed_at >= filters.since)
-    return query
+    return cast(Select[*Ts], filters.by.apply(query))
 
 
 def dead_letter_row(

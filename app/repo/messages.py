@@ -337,6 +337,7 @@ class NewMessage:
     template: dict[str, Any] | None = None
     idempotency_key: str | None = None
     tag: str | None = None  # Messenger / Instagram message tag (HUMAN_AGENT)
+    campaign: str | None = None
 
 
 def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Message, bool]:
@@ -352,6 +353,9 @@ def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Me
         "lane": new.lane,
         "body_text": new.body_text,
         "template": new.template,
+        "template_name": (new.template or {}).get("name"),
+        "campaign": new.campaign,
+        "recipient_tail": new.recipient[-4:],
         "tag": new.tag,
         "idempotency_key": new.idempotency_key,
         "fingerprint": new.fingerprint,

@@ -34,6 +34,8 @@ from app.repo.bulkpreviews import (
     preview_cancel,
     preview_requeue,
 )
+from app.repo.campaigns import FIELDS as CAMPAIGN_FIELDS
+from app.repo.campaigns import campaign_filter
 from app.repo.deadletters import Filters
 from app.repo.overview import list_identities
 from app.views.pages import is_htmx, now, scope_args, staff_blueprint
@@ -74,13 +76,14 @@ def preview_requeue_view() -> ResponseReturnValue:
         tenant_id=tenant_scope(),
         identity_id=_int(form.get("identity")),
         lane=lane if lane in LANES else None,
+        by=campaign_filter(form),
         failure_class=failure_class if failure_class in CLASSES else None,
         code=_int(form.get("code")),
         since=now() - PERIODS[period] if period in PERIODS else None,
     )
     described = {
         key: form.get(key, "")
-        for key in ("identity", "lane", CLASSES_FIELD, "code", "period")
+        for key in ("identity", "lane", CLASSES_FIELD, "code", "period", *CAMPAIGN_FIELDS)
         if form.get(key, "")
     }
     with get_db().transaction() as session:
@@ -116,8 +119,13 @@ def preview_cancel_view() -> ResponseReturnValue:
         identity_id=identity_id,
         lane=lane if lane in LANES else None,
         queued_since=now() - PERIODS[period] if period in PERIODS else None,
+        by=campaign_filter(form),
     )
-    described = {k: form.get(k, "") for k in ("identity", "lane", "period") if form.get(k, "")}
+    described = {
+        k: form.get(k, "")
+        for k in ("identity", "lane", "period", *CAMPAIGN_FIELDS)
+        if form.get(k, "")
+    }
     with get_db().transaction() as session:
         described = _readable(session, described)
         preview = preview_cancel(session, filters, described, now(), actor=staff().email)

@@ -12,6 +12,7 @@ from flask.typing import ResponseReturnValue
 from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
 from app.providers.base import FailureClass
+from app.repo.campaigns import campaign_filter
 from app.repo.cancels import MessageNotFoundError, dismiss_message
 from app.repo.deadletters import Cursor, Filters, dead_letter_page, dead_letter_row
 from app.repo.overview import list_identities
@@ -46,6 +47,7 @@ def index() -> ResponseReturnValue:
         code=_int("code"),
         since=now() - PERIODS[period] if period in PERIODS else None,
         dismissed=request.args.get("dismissed") == "1",
+        by=campaign_filter(request.args),
     )
     after = Cursor.decode(request.args.get("after"))
     with get_db().transaction() as session:

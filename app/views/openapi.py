@@ -2,7 +2,7 @@
 
 Request schemas come from the pydantic models that validate requests, so the document
 cannot drift from what the API accepts. Every route of the app is here, except those in
-`INTERNAL` (documented in the README).
+`INTERNAL` (`app/views/internal_routes.py`, documented in the README).
 """
 
 from __future__ import annotations
@@ -10,44 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from app.sendrequest import SendRequest
-
-# Routes deliberately left out of the document: static files and the support dashboard's
-# HTML pages (for staff signed in with a session, not an API).
-INTERNAL = {
-    "/static/<path:filename>",
-    "/sign-in",
-    "/sign-out",
-    "/",
-    "/stuck",
-    "/dead-letters",
-    "/dead-letters/<int:message_id>/requeue",
-    "/messages/<int:message_id>",
-    "/messages/<int:message_id>/status",
-    "/messages/<int:message_id>/requeue",
-    "/search",
-    "/alerts",
-    "/alerts/banner",
-    "/dead-letters/<int:message_id>/dismiss",
-    "/dead-letters/bulk-requeue",
-    "/messages/<int:message_id>/cancel",
-    "/cancel",
-    "/cancel/preview",
-    "/bulk/<int:plan_id>",
-    "/bulk/<int:plan_id>/progress",
-    "/bulk/<int:plan_id>/confirm",
-    "/bulk/<int:plan_id>/stop",
-    "/audit",
-    "/identities",
-    "/identities/<int:identity_id>/pause",
-    "/identities/<int:identity_id>/resume",
-    "/identities/<int:identity_id>/rates",
-    "/identities/<int:identity_id>/credentials",
-    "/staff",
-    "/staff/<int:staff_id>/role",
-    "/staff/<int:staff_id>/disable",
-    "/staff/<int:staff_id>/enable",
-    "/staff/<int:staff_id>/password",
-}
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 

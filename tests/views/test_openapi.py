@@ -7,7 +7,7 @@ import re
 from flask import Flask
 from openapi_spec_validator import validate
 
-from app.views.openapi import INTERNAL
+from app.views.internal_routes import INTERNAL
 
 
 def test_the_document_validates_as_openapi_3(app: Flask) -> None:
