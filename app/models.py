@@ -160,6 +160,7 @@ class Message(Base):
         Index("ix_messages_last_claim", "identity_id", "lane", "last_attempt_at"),
         # The delivered-rate and dwell alerts: sends per identity over time.
         Index("ix_messages_identity_sent_at", "identity_id", "sent_at"),
+        Index("ix_messages_identity_queued_at", "identity_id", "queued_at"),  # chart arrivals
         # The dashboard's pages, which must not scan the table (issue 14 part 7), and the
         # drains' claims. Partial on the few rows still waiting, so their size follows the
         # backlog, not the history. Its last key is the claim's order, `id + 0` (`CLAIM_ORDER`

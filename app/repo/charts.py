@@ -55,9 +55,10 @@ class Series:
 
 
 def _epoch(session: Session, column: Any) -> ColumnElement[Any]:
-    """Seconds since 1970 of a timestamp column, in either dialect."""
+    """Seconds since 1970 of a timestamp column, in either dialect. On PostgreSQL as
+    date_part's double precision: EXTRACT's numeric made the hour chart's sums 3x slower."""
     if is_postgresql(session):
-        return func.extract("epoch", column)
+        return func.date_part("epoch", column)
     return cast(func.strftime("%s", column), Integer)
 
 
