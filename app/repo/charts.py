@@ -56,7 +56,7 @@ class Series:
 
 def _epoch(session: Session, column: Any) -> ColumnElement[Any]:
     """Seconds since 1970 of a timestamp column, in either dialect. On PostgreSQL as
-    date_part's double precision: EXTRACT's numeric made the hour chart's sums 3x slower."""
+    date_part's double precision: EXTRACT returns numeric, slower per row."""
     if is_postgresql(session):
         return func.date_part("epoch", column)
     return cast(func.strftime("%s", column), Integer)
