@@ -62,6 +62,7 @@ def read_alerts(
                 Identity.account_id,
                 Identity.paused_at,
                 Identity.paused_reason,
+                Identity.campaign_paused_at,
                 Identity.stuck_after,
             ).order_by(Identity.id)
         )

@@ -1,7 +1,9 @@
 """The stuck alert per identity and lane (docs/alerts.md): the oldest due message is older
 than the threshold AND the lane made no claim for the threshold. A paced backlog claims
-every slot: quiet. Its summary names the cause where it is known: the identity paused, or
-no live worker on the lane in RQ's registry (read by the caller, passed in)."""
+every slot: quiet. A paused identity (or campaign lane) does not fire it: the pause is the
+one cause, and its own alert. Its summary names the cause where it is known: no live worker
+on the lane in RQ's registry (read by the caller, passed in), or live ones that claim
+nothing."""
 
 from __future__ import annotations
 
@@ -80,14 +82,18 @@ def read_stuck(
             age = None if oldest is None else max(timedelta(0), now - oldest)
             last_claim = claims.get((identity.id, lane))
             idle = None if last_claim is None else max(timedelta(0), now - last_claim)
-            firing = age is not None and age > threshold and (idle is None or idle > threshold)
             paused = identity.paused_at is not None
-            live = None if live_workers is None else live_workers.get(lane, 0)
-            why = (
-                f"identity paused: {identity.paused_reason or 'no reason given'}"
-                if paused
-                else stuck_cause(lane, live)
+            held = paused or (lane == "campaign" and identity.campaign_paused_at is not None)
+            # One alert per cause: a paused identity is the paused alert's (and a paused
+            # campaign lane an operator's choice, shown as PAUSED), not a stuck queue too.
+            firing = (
+                not held
+                and age is not None
+                and age > threshold
+                and (idle is None or idle > threshold)
             )
+            live = None if live_workers is None else live_workers.get(lane, 0)
+            why = stuck_cause(lane, live)
             summary = (
                 f"{name_of(identity)}, {lane} lane: {due} due, the oldest waiting "
                 f"{int(age.total_seconds()) if age else 0} s; "
