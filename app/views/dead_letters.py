@@ -19,7 +19,7 @@ from app.repo.overview import list_identities
 from app.repo.timeline import scoped_message
 from app.views.auth import safe_next
 from app.views.pages import is_htmx, now, staff_blueprint
-from app.views.requeueing import run_requeue, shown_cycle
+from app.views.requeueing import advice_not_read, run_requeue, shown_cycle
 from jobs.queues import LANES
 
 bp = staff_blueprint("dead_letters", __name__)
@@ -73,7 +73,10 @@ def index() -> ResponseReturnValue:
 @bp.post("/dead-letters/<int:message_id>/requeue")
 @requires_role("operator")
 def requeue(message_id: int) -> ResponseReturnValue:
-    said = run_requeue(message_id, shown_cycle(request.form.get("cycle")))
+    with get_db().transaction() as session:
+        shown = dead_letter_row(session, message_id, tenant_scope())
+    refused = advice_not_read(shown.action, request.form.get("against_advice")) if shown else None
+    said = refused or run_requeue(message_id, shown_cycle(request.form.get("cycle")))
     if not is_htmx():
         flash(f"Message {message_id}: {said.words}", "ok" if said.ok else "refused")
         return redirect(safe_next(request.form.get("next")))
