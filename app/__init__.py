@@ -23,6 +23,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         charts,
         dead_letters,
         errors,
+        exports,
         health,
         identities,
         messages,
@@ -63,6 +64,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(stuck.bp)
     app.register_blueprint(workers.bp)
     app.register_blueprint(charts.bp)
+    app.register_blueprint(exports.bp)
     app.register_blueprint(dead_letters.bp)
     app.register_blueprint(messages.bp)
     app.register_blueprint(search.bp)

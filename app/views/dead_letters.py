@@ -33,14 +33,13 @@ def _int(name: str) -> int | None:
     return int(raw) if raw.isdigit() and len(raw) <= 18 else None
 
 
-@bp.get("/dead-letters")
-def index() -> ResponseReturnValue:
-    scope = tenant_scope()
+def dead_letter_filters() -> Filters:
+    """The page's filters from the query string (the CSV export reads the same)."""
     failure_class = request.args.get("class", "")
     period = request.args.get("period", "")
     lane = request.args.get("lane", "")
-    filters = Filters(
-        tenant_id=scope,
+    return Filters(
+        tenant_id=tenant_scope(),
         identity_id=_int("identity"),
         lane=lane if lane in LANES else None,
         failure_class=failure_class if failure_class in CLASSES else None,
@@ -49,6 +48,12 @@ def index() -> ResponseReturnValue:
         dismissed=request.args.get("dismissed") == "1",
         by=campaign_filter(request.args),
     )
+
+
+@bp.get("/dead-letters")
+def index() -> ResponseReturnValue:
+    scope = tenant_scope()
+    filters = dead_letter_filters()
     after = Cursor.decode(request.args.get("after"))
     with get_db().transaction() as session:
         rows, next_cursor = dead_letter_page(
@@ -61,6 +66,7 @@ def index() -> ResponseReturnValue:
         rows=rows,
         next_args={**kept, "after": next_cursor.encode()} if next_cursor else None,
         first_args=kept if after else None,
+        export_args=kept,
         identities=identities,
         classes=CLASSES,
         lanes=LANES,

@@ -11,6 +11,8 @@ INTERNAL = {
     "/stuck",
     "/workers",
     "/charts",
+    "/dead-letters/export.csv",
+    "/search/export.csv",
     "/dead-letters",
     "/dead-letters/<int:message_id>/requeue",
     "/messages/<int:message_id>",
