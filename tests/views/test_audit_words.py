@@ -1,0 +1,40 @@
+"""The audit log says what an identity update changed (never a secret's value)."""
+
+from __future__ import annotations
+
+from flask import Flask
+
+from app.crypto import SecretBox
+from app.db import Database
+from app.models import Identity
+from app.repo import identity_actions
+
+from ..conftest import SECRET_KEY
+from .dashboard_world import NOW, make_staff, make_tenants, sign_in, use_clock
+
+
+def test_an_identity_update_says_the_token_was_replaced_and_the_rates_set(
+    app: Flask, db: Database
+) -> None:
+    tenants = make_tenants(db)
+    use_clock(app)
+    make_staff(db, "admin@acme.test", "admin", tenants.acme.tenant_id)
+    with db.transaction() as session:
+        identity = session.get(Identity, tenants.acme.identity_id)
+        assert identity is not None
+        identity_actions.change(
+            session,
+            SecretBox(SECRET_KEY),
+            identity,
+            actor="admin@acme.test",
+            now=NOW,
+            via="web",
+            token="a-brand-new-token-0123456789",
+            reply_rate=5.0,
+        )
+    client = app.test_client()
+    sign_in(client, "admin@acme.test")
+    page = client.get("/audit").get_data(as_text=True)
+    assert "identity.update" in page
+    assert "token replaced" in page and "rates: reply 5/s" in page
+    assert "a-brand-new-token" not in page
