@@ -38,3 +38,21 @@ def test_an_identity_update_says_the_token_was_replaced_and_the_rates_set(
     assert "identity.update" in page
     assert "token replaced" in page and "rates: reply 5/s" in page
     assert "a-brand-new-token" not in page
+
+
+def test_an_automatic_pause_is_logged_as_ratchet_with_its_reason(app: Flask, db: Database) -> None:
+    from app.repo.identities import pause_identity
+
+    tenants = make_tenants(db)
+    use_clock(app)
+    make_staff(db, "ops@acme.test", "operator", tenants.acme.tenant_id)
+    with db.transaction() as session:  # what a 190 answer does, through the same function
+        assert pause_identity(session, tenants.acme.identity_id, "190: token expired", NOW)
+        # Already paused: nothing more is logged.
+        assert not pause_identity(session, tenants.acme.identity_id, "190 again", NOW)
+    client = app.test_client()
+    sign_in(client, "ops@acme.test")
+    page = client.get("/audit").get_data(as_text=True)
+    assert page.count('<td data-label="Action">identity.pause') == 1
+    assert "<code>ratchet</code>" in page and "190: token expired" in page
+    assert "automatic" in page
