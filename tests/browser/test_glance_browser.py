@@ -112,3 +112,40 @@ def test_the_charts_page_draws_an_hour_a_person_can_read(
     page.get_by_role("button", name="Show").click()
     expect(page.get_by_role("img", name=re.compile("Messages per 15 m"))).to_be_visible()
     screenshot(page, "42-charts-day")
+
+
+def test_a_stuck_lane_with_no_worker_is_red_on_the_overview_and_named_in_the_alert(
+    page: Page, served: Served, tenants: Tenants
+) -> None:
+    import dataclasses
+
+    from rq import SimpleWorker
+
+    from jobs.alerts import AlertEvaluator
+    from jobs.queues import get_queue, get_redis
+    from jobs.registry import read_live_by_lane
+
+    from ..factories import make_message
+
+    redis = get_redis()
+    replying = SimpleWorker([get_queue("reply", redis)], connection=redis, name="reply-worker-1")
+    replying.register_birth()
+    replying.set_state("idle")
+    make_message(served.db, tenants.acme, lane="campaign", now=NOW - timedelta(minutes=4))
+    config = dataclasses.replace(served.app.config["RATCHET"], stuck_after=60.0)
+    evaluator = AlertEvaluator(served.db, config, workers=lambda: read_live_by_lane(redis))
+    evaluator.run(NOW)
+    evaluator.close()
+    sign_in(page, served, "ops@acme.test")
+    strip = page.locator("ul.lanes li", has_text="campaign")
+    expect(strip).to_contain_text("NO WORKER")
+    expect(strip).to_have_class(re.compile("lane-unworked"))
+    expect(page.locator(".alert-banner")).to_contain_text("no live worker on the campaign lane")
+    expect(page.locator(".alert-banner")).to_contain_text("Now:")
+    screenshot(page, "43-overview-no-worker")
+    page.get_by_role("link", name="Workers", exact=True).click()
+    expect(page.locator("#workers-table")).to_contain_text("reply-worker-1")
+    screenshot(page, "44-workers")
+    page.get_by_role("link", name="Identities", exact=True).click()
+    expect(page.locator("#identities-table")).to_contain_text("NOT SENDING")
+    screenshot(page, "45-identities-not-sending")
