@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TypeVarTuple, cast
+from typing import Any, TypeVarTuple, cast
 
 from sqlalchemy import ColumnElement, Select, and_, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from app.lifecycle import Status
 from app.models import Identity, Message, Tenant
@@ -157,16 +157,31 @@ def _base() -> Select[Message, str, str, str]:
     )
 
 
+def _order(table: Any) -> list[Any]:
+    """The page's order: the rank (actionable first), then newest first, then id."""
+    return [table.dead_letter_rank.asc().nulls_last(), table.failed_at.desc(), table.id.desc()]
+
+
 def dead_letter_page(
     session: Session, filters: Filters, after: Cursor | None = None, limit: int = PAGE_SIZE
 ) -> tuple[list[DeadLetterRow], Cursor | None]:
-    """One page of dead letters and the cursor of the next page (None: this is the last)."""
-    query = apply_filters(_base(), filters)
+    """One page of dead letters and the cursor of the next page (None: this is the last).
+
+    The page's rows are chosen first, on the messages alone (ordered and cut in the
+    partial index of the filter), and only those are joined to their identity and tenant:
+    with the joins in the same step the planner hashed every matching dead letter of a
+    class (10,865 at 1M) and sorted them for 51 (bench/pages.py, 2.03x and 2.37x)."""
+    inner = apply_filters(select(Message).where(Message.status == Status.FAILED.value), filters)
     if after is not None:
-        query = query.where(_after(after))
-    query = query.order_by(
-        Message.dead_letter_rank.asc().nulls_last(), Message.failed_at.desc(), Message.id.desc()
-    ).limit(limit + 1)
+        inner = inner.where(_after(after))
+    chosen = inner.order_by(*_order(Message)).limit(limit + 1).subquery()
+    page = aliased(Message, chosen)
+    query = (
+        select(page, Tenant.name, Identity.provider, Identity.account_id)
+        .join(Identity, Identity.id == page.identity_id)
+        .join(Tenant, Tenant.id == page.tenant_id)
+        .order_by(*_order(page))
+    )
     found = list(session.execute(query))
     # The provider-may-hold rule for the whole page in a few queries, not a few per row.
     holds = holds_for(session, [row[0] for row in found[:limit]])
