@@ -19,6 +19,8 @@ from sqlalchemy.orm import Session
 
 from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
+from app.models_bulk import BulkPlan
+from app.repo.bulk_aftermath import Aftermath, plan_aftermath
 from app.repo.bulkplans import (
     RUNNING,
     PlanNotFoundError,
@@ -149,8 +151,17 @@ def show(plan_id: int) -> ResponseReturnValue:
         preview=preview,
         plan=preview.plan,
         progress=progress_detail(preview.plan),
+        aftermath=_aftermath(preview.plan),
         now=now(),
     )
+
+
+def _aftermath(plan: BulkPlan) -> Aftermath | None:
+    """A requeue's messages as they are now (None for a cancel or a plan not run yet)."""
+    if plan.kind != "requeue" or plan.status == "previewed":
+        return None
+    with get_db().transaction() as session:
+        return plan_aftermath(session, plan.id)
 
 
 @bp.get("/bulk/<int:plan_id>/progress")
@@ -158,7 +169,10 @@ def progress(plan_id: int) -> ResponseReturnValue:
     """The progress widget alone; it polls itself while the plan runs."""
     preview = _preview(plan_id)
     response = render_template(
-        "bulk/_progress.html", plan=preview.plan, progress=progress_detail(preview.plan)
+        "bulk/_progress.html",
+        plan=preview.plan,
+        progress=progress_detail(preview.plan),
+        aftermath=_aftermath(preview.plan),
     )
     return response, 200, {"Vary": "HX-Request"}
 
