@@ -13,7 +13,7 @@ from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
 from app.providers.base import FailureClass
 from app.repo.campaigns import campaign_filter
-from app.repo.cancels import MessageNotFoundError, dismiss_message
+from app.repo.cancels import MessageNotFoundError, dismiss_message, undismiss_message
 from app.repo.deadletters import Cursor, Filters, dead_letter_page, dead_letter_row
 from app.repo.overview import list_identities
 from app.repo.timeline import scoped_message
@@ -137,6 +137,31 @@ def dismiss(message_id: int) -> ResponseReturnValue:
         now=now(),
         back=request.form.get("next", ""),
     )
+
+
+@bp.post("/dead-letters/<int:message_id>/undismiss")
+@requires_role("operator")
+def undismiss(message_id: int) -> ResponseReturnValue:
+    """Undo a dismissal: the dead letter is back on the actionable list."""
+    try:
+        with get_db().transaction() as session:
+            outcome = undismiss_message(
+                session,
+                message_id,
+                now(),
+                actor=staff().email,
+                tenant_id=tenant_scope(),
+                expected_cycle=shown_cycle(request.form.get("cycle")),
+            )
+    except MessageNotFoundError:
+        abort(404)
+    words = (
+        "Back on the dead-letter list."
+        if outcome.dismissed
+        else f"Not put back: {outcome.why_not}."
+    )
+    flash(f"Message {message_id}: {words}", "ok" if outcome.dismissed else "refused")
+    return redirect(safe_next(request.form.get("next")))
 
 
 class SaidWords:

@@ -56,3 +56,30 @@ def test_an_automatic_pause_is_logged_as_ratchet_with_its_reason(app: Flask, db:
     assert page.count('<td data-label="Action">identity.pause') == 1
     assert "<code>ratchet</code>" in page and "190: token expired" in page
     assert "automatic" in page
+
+
+def test_a_dismissal_can_be_undone_and_both_are_audited(app: Flask, db: Database) -> None:
+    from .dashboard_world import failed_message, page_token
+
+    tenants = make_tenants(db)
+    use_clock(app)
+    make_staff(db, "ops@acme.test", "operator", tenants.acme.tenant_id)
+    message_id = failed_message(db, tenants.acme)
+    client = app.test_client()
+    sign_in(client, "ops@acme.test")
+    token = page_token(client, "/dead-letters")
+    form = {"csrf_token": token, "cycle": "1", "reason": "customer called", "next": "/dead-letters"}
+    client.post(f"/dead-letters/{message_id}/dismiss", data=form)
+    assert f'id="dead-letter-{message_id}"' not in client.get("/dead-letters").get_data(
+        as_text=True
+    )
+    dismissed = client.get("/dead-letters?dismissed=1").get_data(as_text=True)
+    assert "Undo the dismissal" in dismissed
+    response = client.post(f"/dead-letters/{message_id}/undismiss", data=form)
+    assert response.status_code == 302
+    listed = client.get("/dead-letters").get_data(as_text=True)
+    assert f'id="dead-letter-{message_id}"' in listed
+    assert "Back on the dead-letter list." in listed
+    audit = client.get("/audit").get_data(as_text=True)
+    assert "message.dismiss" in audit and "message.undismiss" in audit
+    assert "customer called" in audit
