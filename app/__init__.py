@@ -22,6 +22,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         bulk,
         charts,
         dead_letters,
+        dead_letters_new,
         errors,
         exports,
         health,
@@ -65,6 +66,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(workers.bp)
     app.register_blueprint(charts.bp)
     app.register_blueprint(exports.bp)
+    app.register_blueprint(dead_letters_new.bp)
     app.register_blueprint(dead_letters.bp)
     app.register_blueprint(messages.bp)
     app.register_blueprint(search.bp)

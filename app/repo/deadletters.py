@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVarTuple, cast
 
-from sqlalchemy import ColumnElement, Select, and_, or_, select
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from app.lifecycle import Status
@@ -213,6 +213,15 @@ def apply_filters(query: Select[*Ts], filters: Filters) -> Select[*Ts]:
     if filters.since is not None:
         query = query.where(Message.failed_at >= filters.since)
     return cast(Select[*Ts], filters.by.apply(query))
+
+
+def count_failed_since(session: Session, filters: Filters, since: datetime) -> int:
+    """Dead letters matching the filters that failed after `since` (the page's badge)."""
+    query = apply_filters(
+        select(func.count()).select_from(Message).where(Message.status == Status.FAILED.value),
+        filters,
+    ).where(Message.failed_at > since)
+    return int(session.scalar(query) or 0)
 
 
 def dead_letter_row(

@@ -63,3 +63,22 @@ def test_the_search_export_lists_what_the_search_found(
     found = rows(client, "/search/export.csv?q=1555000")
     assert {int(r["message_id"]) for r in found} == {first, second}
     assert {r["matched_on"] for r in found} == {"recipient"}
+
+
+def test_the_dead_letter_page_offers_the_ones_that_failed_since_it_loaded(
+    client: FlaskClient, db: Database, tenants: Tenants
+) -> None:
+    import re
+
+    failed_message(db, tenants.acme)
+    page = client.get("/dead-letters?class=needs_human").get_data(as_text=True)
+    found = re.search(r'hx-get="(/dead-letters/new\?[^"]+)"', page)
+    assert found is not None
+    badge = found.group(1).replace("&amp;", "&")
+    assert "class=needs_human" in badge
+    assert "new</span>" not in client.get(badge).get_data(as_text=True)
+    failed_message(db, tenants.acme, minute=11)  # after the page loaded (its clock: minute 10)
+    failed_message(db, tenants.acme, failure_class="exhausted", minute=12)  # not this filter
+    fresh = client.get(badge).get_data(as_text=True)
+    assert "1 new</span>" in fresh and "1 dead letter failed since this page loaded" in fresh
+    assert client.get("/dead-letters/new?since=yesterday").status_code == 400
