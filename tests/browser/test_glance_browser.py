@@ -149,3 +149,34 @@ def test_a_stuck_lane_with_no_worker_is_red_on_the_overview_and_named_in_the_ale
     page.get_by_role("link", name="Identities", exact=True).click()
     expect(page.locator("#identities-table")).to_contain_text("NOT SENDING")
     screenshot(page, "45-identities-not-sending")
+
+
+def tab_to(page: Page, matches: str, limit: int = 120) -> None:
+    """Press Tab until the focused element satisfies the JS predicate `matches` (on `el`),
+    checking on the way that every focused element shows a focus outline."""
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if page.evaluate(f"(el => {matches})(document.activeElement)"):
+            outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+            assert outline != "none", page.evaluate("document.activeElement.outerHTML")
+            return
+    raise AssertionError(f"never reached by Tab: {matches}")
+
+
+def test_a_dead_letter_is_found_read_and_requeued_by_keyboard_alone(
+    page: Page, served: Served, tenants: Tenants
+) -> None:
+    message_id = failed_message(served.db, tenants.acme)
+    sign_in(page, served, "ops@acme.test")
+    tab_to(page, "el.textContent.trim() === 'Dead letters' && el.tagName === 'A'")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Dead letters")).to_be_visible()
+    tab_to(page, "el.tagName === 'SUMMARY'")  # the row's folded details
+    page.keyboard.press("Enter")
+    tab_to(page, "el.tagName === 'BUTTON' && el.textContent.trim() === 'Requeue'")
+    page.keyboard.press("Enter")
+    expect(page.locator(f"#dead-letter-{message_id}")).to_contain_text("Requeued: cycle 2")
+    screenshot(page, "46-keyboard-requeued")
+    # The message's page: its raw answer box is reached by Tab as well.
+    page.goto(f"{served.url}/messages/{message_id}")
+    tab_to(page, "el.tagName === 'PRE'")
