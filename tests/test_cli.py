@@ -57,7 +57,7 @@ def test_a_failed_db_upgrade_says_where_it_stopped_and_what_is_applied(
 
     assert result.exit_code == 1, result.output
     assert "the upgrade stopped: no such index: ix_webhook_statuses_pending" in result.output
-    assert "schema now at revision 0012 (was 0011; the latest is 0013)" in result.output
+    assert "schema now at revision 0012 (was 0011; the latest is " in result.output
     assert "run `db upgrade` again" in result.output
     assert "Traceback" not in result.output
     app.extensions["ratchet.db"].dispose()
