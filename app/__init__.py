@@ -27,6 +27,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         exports,
         health,
         identities,
+        me,
         messages,
         overview,
         pages,
@@ -67,6 +68,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(charts.bp)
     app.register_blueprint(exports.bp)
     app.register_blueprint(dead_letters_new.bp)
+    app.register_blueprint(me.bp)
     app.register_blueprint(dead_letters.bp)
     app.register_blueprint(messages.bp)
     app.register_blueprint(search.bp)

@@ -452,6 +452,7 @@ class Staff(Base):
     created_at: Mapped[datetime]
     # A disabled login cannot sign in, and its open sessions stop at their next request.
     disabled_at: Mapped[datetime | None]
+    time_zone: Mapped[str | None] = mapped_column(String(64))  # IANA name; None: UTC
 
 
 class AuditEntry(Base):

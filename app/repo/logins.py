@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from app.models import SignInAttempt, Staff, Tenant
@@ -29,6 +29,7 @@ class StaffMember:
     role: str
     tenant_id: int | None
     tenant_name: str | None
+    time_zone: str | None = None  # the IANA zone the pages show times in (None: UTC)
 
 
 def load_staff(session: Session, staff_id: int) -> StaffMember | None:
@@ -42,7 +43,14 @@ def load_staff(session: Session, staff_id: int) -> StaffMember | None:
     if row is None:
         return None
     staff, tenant_name = row
-    return StaffMember(staff.id, staff.email, staff.role, staff.tenant_id, tenant_name)
+    return StaffMember(
+        staff.id, staff.email, staff.role, staff.tenant_id, tenant_name, staff.time_zone
+    )
+
+
+def set_time_zone(session: Session, staff_id: int, zone: str | None) -> None:
+    """A staff member's own time zone for the pages (None: UTC); checked by the caller."""
+    session.execute(update(Staff).where(Staff.id == staff_id).values(time_zone=zone))
 
 
 def _wait(

@@ -13,6 +13,8 @@ INTERNAL = {
     "/charts",
     "/dead-letters/export.csv",
     "/dead-letters/new",
+    "/me",
+    "/me/time-zone",
     "/search/export.csv",
     "/dead-letters",
     "/dead-letters/<int:message_id>/requeue",

@@ -78,6 +78,8 @@ def upgrade() -> None:
         batch.add_column(sa.Column("template_name", sa.String(512), nullable=True))
         batch.add_column(sa.Column("campaign", sa.String(100), nullable=True))
         batch.add_column(sa.Column("recipient_tail", sa.String(4), nullable=True))
+    with op.batch_alter_table("staff") as batch:
+        batch.add_column(sa.Column("time_zone", sa.String(64), nullable=True))
     postgresql = op.get_bind().dialect.name == "postgresql"
     name = "template->>'name'" if postgresql else "json_extract(template, '$.name')"
     tail = "right(recipient, 4)" if postgresql else "substr(recipient, -4)"
@@ -101,6 +103,8 @@ def downgrade() -> None:
     op.create_index("ix_messages_idempotency_key", "messages", ["idempotency_key"])
     for index in NEW_INDEXES:
         op.drop_index(index, table_name="messages")
+    with op.batch_alter_table("staff") as batch:
+        batch.drop_column("time_zone")
     with op.batch_alter_table("messages") as batch:
         batch.drop_column("recipient_tail")
         batch.drop_column("campaign")
