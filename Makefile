@@ -8,6 +8,9 @@ STAMP := $(VENV)/.stamp-install
 # The dashboard's htmx, from the npm registry at install time (never committed).
 HTMX_VERSION := 2.0.11
 HTMX_STAMP := static/vendor/.stamp-htmx-$(HTMX_VERSION)
+# Its idiomorph extension: polls morph what changed, keeping focus and scroll.
+IDIOMORPH_VERSION := 0.8.0
+IDIOMORPH_STAMP := static/vendor/.stamp-idiomorph-$(IDIOMORPH_VERSION)
 
 .PHONY: run test install assets lint services browser clean
 
@@ -25,7 +28,10 @@ install: $(STAMP)
 $(HTMX_STAMP):
 	@bash scripts/fetch-htmx $(HTMX_VERSION)
 
-assets: $(HTMX_STAMP)
+$(IDIOMORPH_STAMP):
+	@bash scripts/fetch-idiomorph $(IDIOMORPH_VERSION)
+
+assets: $(HTMX_STAMP) $(IDIOMORPH_STAMP)
 
 run: install assets
 	$(BIN)/python -m app.launcher

@@ -20,10 +20,14 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         api,
         audit,
         bulk,
+        charts,
         dead_letters,
+        dead_letters_new,
         errors,
+        exports,
         health,
         identities,
+        me,
         message_list,
         messages,
         overview,
@@ -34,6 +38,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         stuck,
         tenant_settings,
         webhooks,
+        workers,
     )
     from app.views import auth as sign_in
     from jobs import queues
@@ -67,6 +72,11 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(sign_in.bp)
     app.register_blueprint(overview.bp)
     app.register_blueprint(stuck.bp)
+    app.register_blueprint(workers.bp)
+    app.register_blueprint(charts.bp)
+    app.register_blueprint(exports.bp)
+    app.register_blueprint(dead_letters_new.bp)
+    app.register_blueprint(me.bp)
     app.register_blueprint(dead_letters.bp)
     app.register_blueprint(messages.bp)
     app.register_blueprint(search.bp)

@@ -78,6 +78,10 @@ class SignedInStaff(UserMixin):
         return self.member.tenant_name
 
     @property
+    def time_zone(self) -> str | None:
+        return self.member.time_zone
+
+    @property
     def is_platform(self) -> bool:
         return self.member.tenant_id is None
 

@@ -141,6 +141,7 @@ class Message(Base):
         Index("ix_messages_last_claim", "identity_id", "lane", "last_attempt_at"),
         # The delivered-rate and dwell alerts: sends per identity over time.
         Index("ix_messages_identity_sent_at", "identity_id", "sent_at"),
+        Index("ix_messages_identity_queued_at", "identity_id", "queued_at"),  # chart arrivals
         # The dashboard's pages, which must not scan the table (issue 14 part 7), and the
         # drains' claims. Partial on the few rows still waiting, so their size follows the
         # backlog, not the history. Its last key is the claim's order, `id + 0` (`CLAIM_ORDER`
@@ -240,16 +241,24 @@ class Message(Base):
             postgresql_where=text("status = 'failed'"),
             sqlite_where=text("status = 'failed'"),
         ),
-        # The overview's dead-letter count per identity and lane, from the index alone.
+        # The overview's dead-letter count per identity and lane (the page's rows), index-only.
         Index(
             "ix_messages_dead_by_lane",
             "identity_id",
             "lane",
-            postgresql_where=text("status = 'failed'"),
-            sqlite_where=text("status = 'failed'"),
+            postgresql_where=text("status = 'failed' AND dead_letter_rank IS NOT NULL"),
+            sqlite_where=text("status = 'failed' AND dead_letter_rank IS NOT NULL"),
         ),
-        # Search: an idempotency key without its tenant, a recipient's first digits.
-        Index("ix_messages_idempotency_key", "idempotency_key"),
+        # Search: an idempotency key (whole, or its first characters) without its tenant,
+        # a recipient's first digits or last four, a campaign label, a template's name.
+        Index(
+            "ix_messages_idempotency_key",
+            "idempotency_key",
+            postgresql_ops={"idempotency_key": "text_pattern_ops"},
+        ),
+        Index("ix_messages_recipient_tail", "recipient_tail", "id"),
+        Index("ix_messages_campaign", "campaign", "id"),
+        Index("ix_messages_template_name", "template_name", "id"),
         Index(
             "ix_messages_recipient_prefix",
             "recipient",
@@ -285,6 +294,11 @@ class Message(Base):
     lane: Mapped[str] = mapped_column(String(10))
     body_text: Mapped[str | None] = mapped_column(Text)
     template: Mapped[dict[str, Any] | None]
+    template_name: Mapped[str | None] = mapped_column(String(512))  # the template's, to find
+    # A caller's label for a send of many (accepted on POST /v1/messages), to find and filter.
+    campaign: Mapped[str | None] = mapped_column(String(100))
+    # The recipient's last four characters: what the dashboard shows, so what people type.
+    recipient_tail: Mapped[str | None] = mapped_column(String(4))
     # Messenger / Instagram: a message tag (HUMAN_AGENT) sends the text as MESSAGE_TAG.
     tag: Mapped[str | None] = mapped_column(String(20))
     idempotency_key: Mapped[str | None] = mapped_column(String(255))

@@ -40,6 +40,7 @@ class Staff(Base):
     # Every session carries the version it was signed in under and dies when it moves:
     # sign-out, a password reset, disabling and a role change each add one.
     session_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    time_zone: Mapped[str | None] = mapped_column(String(64))  # IANA name; None: UTC
 
 
 class SignInThrottle(Base):

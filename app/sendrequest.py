@@ -69,6 +69,13 @@ class SendRequest(BaseModel):
         description="Where this message's status callbacks go as well: a URL on the host "
         "of one of your callback endpoints, signed with that endpoint's secret.",
     )
+    campaign: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="Optional: a label for a send of many (say `black-friday-2026`), shown on "
+        "the dashboard, where dead letters, search, cancel and bulk requeue filter by it.",
+    )
 
     @field_validator("identity_id", mode="before")
     @classmethod
@@ -77,7 +84,7 @@ class SendRequest(BaseModel):
             raise ValueError("must be a whole number")
         return value
 
-    @field_validator("text", "idempotency_key", "status_callback")
+    @field_validator("text", "idempotency_key", "status_callback", "campaign")
     @classmethod
     def _no_nul(cls, value: str | None) -> str | None:
         if value is not None and NUL in value:
@@ -189,5 +196,7 @@ def fingerprint(request: SendRequest, recipient: str) -> str:
         material["tag"] = request.tag
     if request.status_callback is not None:
         material["status_callback"] = request.status_callback
+    if request.campaign is not None:
+        material["campaign"] = request.campaign
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -41,6 +41,7 @@ if str(ROOT) not in sys.path:
 from sqlalchemy import event, text  # noqa: E402
 
 from bench.common import ensure_database  # noqa: E402
+from bench.page_urls import pages  # noqa: E402
 
 # Its own database (it fills three schemas of it), and Redis db 9 like the other benches;
 # BENCH_PAGES_DATABASE / BENCH_REDIS_URL point a run elsewhere.
@@ -326,34 +327,6 @@ def explain(engine: Any, statement: str, params: Any) -> str:
         cursor.close()
         connection.rollback()
     return plan
-
-
-def pages(engine: Any) -> dict[str, str]:
-    """The URL of each page, with real ids from the data."""
-    with engine.connect() as connection:
-        detail = connection.execute(
-            text("SELECT id FROM messages WHERE status = 'failed' ORDER BY id DESC LIMIT 1")
-        ).scalar_one()
-        wamid, recipient, key = connection.execute(
-            text(
-                "SELECT provider_message_id, recipient, idempotency_key FROM messages "
-                "WHERE status = 'read' ORDER BY id DESC OFFSET 5 LIMIT 1"
-            )
-        ).one()
-    return {
-        "overview": "/",
-        "stuck": "/stuck",
-        "dead letters": "/dead-letters",
-        "dead letters, class": "/dead-letters?class=needs_human",
-        "dead letters, identity+class": "/dead-letters?identity=1&class=permanent",
-        "dead letters, tenant": "/dead-letters?tenant=1",
-        "search: provider id": f"/search?q={wamid}",
-        "search: idempotency key": f"/search?q={key}",
-        "search: number": f"/search?q=%2B{recipient}",
-        "search: first 9 digits": f"/search?q={recipient[:9]}",
-        "message detail": f"/messages/{detail}",
-        "identities": "/identities",
-    }
 
 
 def signed_in_client(app: Any) -> Any:

@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 
 from app.repo import alerts as repo
-from app.repo.alert_signals import KIND_TITLES, Reading
+from app.repo.alert_reading import Reading
+from app.repo.alert_signals import KIND_TITLES
 
 SIGNATURE_HEADER = "X-Ratchet-Signature"
 ID_HEADER = "X-Ratchet-Alert-Id"

@@ -1,4 +1,5 @@
-"""The alert evaluator: reads the database only (no workers, no Redis), opens and clears
+"""The alert evaluator: reads the database (and, when given one, how many workers RQ's
+registry lists per lane, to name a stuck lane's cause), opens and clears
 episodes, and posts them to the optional alert webhook. The sweeper runs it every
 `alert_interval` seconds (`jobs/sweep.py`).
 
@@ -16,6 +17,7 @@ Each pass:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,7 +28,8 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from app.config import Config
 from app.db import Database
 from app.repo import alerts as repo
-from app.repo.alert_signals import KIND_TITLES, Reading, read_alerts
+from app.repo.alert_reading import Reading
+from app.repo.alert_signals import KIND_TITLES, read_alerts
 from app.repo.alert_templates import template_held_readings
 from app.repo.callback_alerts import read_callback_alerts
 from jobs.alert_webhook import AlertPoster, backoff, build_payload
@@ -64,9 +67,17 @@ class Outcome:
 
 
 class AlertEvaluator:
-    def __init__(self, db: Database, config: Config, http: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        config: Config,
+        http: httpx.Client | None = None,
+        workers: Callable[[], Mapping[str, int] | None] | None = None,
+    ) -> None:
         self.db = db
         self.config = config
+        # Live RQ workers per lane, None when unknown; read before each pass.
+        self.workers = workers
         self.poster = AlertPoster(config.alert_webhook_url, config.alert_webhook_secret, http)
         self.last_run: datetime | None = None
         # alert_key -> a transition not stored yet (the database refused writes).
@@ -84,9 +95,10 @@ class AlertEvaluator:
     def run(self, now: datetime) -> Outcome:
         self.last_run = now
         self._record_unrecorded(now)
+        live = self.workers() if self.workers is not None else None
         with self.db.transaction() as session:
-            readings = read_alerts(session, self.config, now) + template_held_readings(session)
-            readings += read_callback_alerts(session, now)
+            readings = read_alerts(session, self.config, now, live)
+            readings += template_held_readings(session) + read_callback_alerts(session, now)
             stored = {
                 key: (e.id, e.episode_key, e.fired_at, e.fired_figures)
                 for key, e in repo.open_episodes(session).items()

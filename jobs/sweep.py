@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
@@ -43,7 +43,8 @@ from jobs.bulk import run_plan
 from jobs.callback_listener import CallbackListener
 from jobs.callbacks import ring_endpoint
 from jobs.drain import ring_identity
-from jobs.queues import build_redis
+from jobs.queues import build_redis, get_redis
+from jobs.registry import read_live_by_lane
 from jobs.retention import purge_content
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,11 @@ def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
     )
 
 
+def live_workers() -> Mapping[str, int] | None:
+    """RQ's live workers per lane, for the stuck alert's cause (None: Redis unreachable)."""
+    return read_live_by_lane(get_redis())
+
+
 def run_sweeper(
     db: Database,
     config: Config,
@@ -199,7 +205,7 @@ def run_sweeper(
 
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     passes = 0
-    evaluator = alerts if alerts is not None else AlertEvaluator(db, config)
+    evaluator = alerts if alerts is not None else AlertEvaluator(db, config, workers=live_workers)
     listener = None
     if db.engine.dialect.name == "postgresql":
         # Rings callback drains as changes commit; this loop's pass is the safety net.

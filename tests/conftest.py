@@ -22,6 +22,7 @@ from sqlalchemy import text
 from app import create_app, migrate
 from app.db import Database, build_engine
 from app.models import Base
+from app.models_operations import BulkPlan  # noqa: F401  (its tables in the metadata)
 
 # Hypothesis's default per-example deadline is a wall-clock assertion: off on shared machines.
 settings.register_profile("ratchet", deadline=None, max_examples=60)

@@ -5,7 +5,7 @@ readings into episodes.
 The conditions (docs/alerts.md):
 - `stuck` per identity and lane: the oldest due message (reusing `due_since`: queued, past
   its retry time or its lease; not one scheduled for later) is older than the threshold
-  AND the lane made no claim for the threshold. A paced backlog claims every slot: quiet.
+  AND the lane made no claim for the threshold (`app/repo/alert_stuck.py`).
 - `paused` per identity: it is paused (a broken sender pauses it; so does an operator).
 - `delivery_drop` per identity: delivered-or-read over sent, for sends old enough to have
   been delivered, against the identity's own earlier rate.
@@ -15,18 +15,19 @@ The conditions (docs/alerts.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.config import Config
 from app.lifecycle import Status
 from app.models import Identity, Message
-from app.repo.claims import is_due
-from app.repo.overview import LANES, due_since
+from app.repo.alert_reading import Reading, count_when, iso, name_of
+from app.repo.alert_stuck import read_stuck
 
 KINDS = (
     "stuck",
@@ -48,46 +49,20 @@ KIND_TITLES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """One alert's condition now. `anchor` is when the trouble began where the data says
-    it (the last claim, the pause), so an episode's id can be derived again after a
-    restart; `firing` says whether the condition holds."""
-
-    alert_key: str
-    kind: str
-    tenant_id: int
-    identity_id: int | None
-    lane: str | None
-    firing: bool
-    summary: str
-    figures: dict[str, Any] = field(default_factory=dict)
-    anchor: str = ""
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat()
-
-
-def _seconds(delta: timedelta | None) -> float | None:
-    return None if delta is None else round(delta.total_seconds(), 3)
-
-
-def _name(identity: Any) -> str:
-    return f"{identity.provider} {identity.account_id} (identity {identity.id})"
-
-
-def _count(condition: Any) -> Any:
-    return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
-
-
 def _bucket(now: datetime, seconds: float) -> str:
     """A coarse anchor for windowed alerts: the window the episode began in."""
     return str(int(now.timestamp() // max(seconds, 1.0)))
 
 
-def read_alerts(session: Session, config: Config, now: datetime) -> list[Reading]:
-    """Every alert of every identity, firing or not (a quiet reading clears an episode)."""
+def read_alerts(
+    session: Session,
+    config: Config,
+    now: datetime,
+    live_workers: Mapping[str, int] | None = None,
+) -> list[Reading]:
+    """Every alert of every identity, firing or not (a quiet reading clears an episode).
+    `live_workers`: RQ's live workers per lane (None: not known), to name a stuck lane's
+    cause."""
     identities = list(
         session.execute(
             select(
@@ -97,6 +72,7 @@ def read_alerts(session: Session, config: Config, now: datetime) -> list[Reading
                 Identity.account_id,
                 Identity.paused_at,
                 Identity.paused_reason,
+                Identity.campaign_paused_at,
                 Identity.stuck_after,
             ).order_by(Identity.id)
         )
@@ -104,94 +80,11 @@ def read_alerts(session: Session, config: Config, now: datetime) -> list[Reading
     if not identities:
         return []
     readings: list[Reading] = []
-    readings += _stuck(session, config, now, identities)
+    readings += read_stuck(session, config, now, identities, live_workers)
     readings += _paused(identities)
     readings += _delivery_drop(session, config, now, identities)
     readings += _dwell(session, config, now, identities)
     readings += _dead_letters(session, config, now, identities)
-    return readings
-
-
-def _stuck(session: Session, config: Config, now: datetime, identities: list[Any]) -> list[Reading]:
-    waiting = {
-        (row.identity_id, row.lane): row
-        for row in session.execute(
-            select(
-                Message.identity_id,
-                Message.lane,
-                _count(is_due(now)).label("due"),
-                func.min(case((is_due(now), due_since(now)))).label("oldest"),
-            )
-            .where(Message.status.in_([Status.QUEUED.value, Status.SENDING.value]))
-            .group_by(Message.identity_id, Message.lane)
-        )
-    }
-
-    # Progress is a claim: every claim stamps `last_attempt_at`. One newest-claim lookup
-    # per identity and lane, each a short backward scan of ix_messages_last_claim.
-    def newest_claim(lane: str) -> Any:
-        return (
-            select(func.max(Message.last_attempt_at))
-            .where(Message.identity_id == Identity.id, Message.lane == lane)
-            .scalar_subquery()
-        )
-
-    claims: dict[tuple[int, str], datetime | None] = {}
-    for row in session.execute(
-        select(Identity.id, *(newest_claim(lane).label(lane) for lane in LANES))
-    ):
-        for lane in LANES:
-            claims[(row.id, lane)] = getattr(row, lane)
-    readings = []
-    for identity in identities:
-        threshold = timedelta(
-            seconds=identity.stuck_after if identity.stuck_after is not None else config.stuck_after
-        )
-        for lane in LANES:
-            found = waiting.get((identity.id, lane))
-            due = int(found.due) if found is not None else 0
-            oldest = found.oldest if found is not None else None
-            age = None if oldest is None else max(timedelta(0), now - oldest)
-            last_claim = claims.get((identity.id, lane))
-            idle = None if last_claim is None else max(timedelta(0), now - last_claim)
-            firing = age is not None and age > threshold and (idle is None or idle > threshold)
-            paused = identity.paused_at is not None
-            why = (
-                f"identity paused: {identity.paused_reason or 'no reason given'}"
-                if paused
-                else "is a worker running for this lane?"
-            )
-            summary = (
-                f"{_name(identity)}, {lane} lane: {due} due, the oldest waiting "
-                f"{int(age.total_seconds()) if age else 0} s; "
-                + (
-                    f"no claim for {int(idle.total_seconds())} s"
-                    if idle is not None
-                    else "never claimed"
-                )
-                + (f" ({why})" if firing else "")
-            )
-            readings.append(
-                Reading(
-                    alert_key=f"stuck:{identity.id}:{lane}",
-                    kind="stuck",
-                    tenant_id=identity.tenant_id,
-                    identity_id=identity.id,
-                    lane=lane,
-                    firing=firing,
-                    summary=summary,
-                    figures={
-                        "due": due,
-                        "oldest_due_age_seconds": _seconds(age),
-                        "seconds_since_last_claim": _seconds(idle),
-                        "last_claim_at": _iso(last_claim),
-                        "threshold_seconds": threshold.total_seconds(),
-                        "identity_paused": paused,
-                    },
-                    # While a lane is stuck nothing claims, so its last claim stands still.
-                    anchor=_iso(last_claim) or "never claimed",
-                )
-            )
     return readings
 
 
@@ -205,15 +98,15 @@ def _paused(identities: list[Any]) -> list[Reading]:
             lane=None,
             firing=identity.paused_at is not None,
             summary=(
-                f"{_name(identity)} paused: {identity.paused_reason or 'no reason given'}"
+                f"{name_of(identity)} paused: {identity.paused_reason or 'no reason given'}"
                 if identity.paused_at is not None
-                else f"{_name(identity)} is sending"
+                else f"{name_of(identity)} is sending"
             ),
             figures={
-                "paused_at": _iso(identity.paused_at),
+                "paused_at": iso(identity.paused_at),
                 "reason": identity.paused_reason,
             },
-            anchor=_iso(identity.paused_at) or "",
+            anchor=iso(identity.paused_at) or "",
         )
         for identity in identities
     ]
@@ -234,10 +127,10 @@ def _delivery_drop(
         for row in session.execute(
             select(
                 Message.identity_id,
-                _count(recent).label("sent"),
-                _count(and_(recent, reached)).label("delivered"),
-                _count(earlier).label("baseline_sent"),
-                _count(and_(earlier, reached)).label("baseline_delivered"),
+                count_when(recent).label("sent"),
+                count_when(and_(recent, reached)).label("delivered"),
+                count_when(earlier).label("baseline_sent"),
+                count_when(and_(earlier, reached)).label("baseline_delivered"),
             )
             .where(Message.sent_at >= baseline_start, Message.sent_at < window_end)
             .group_by(Message.identity_id)
@@ -260,7 +153,7 @@ def _delivery_drop(
             and rate < baseline * (1.0 - config.alert_rate_drop)
         )
         summary = (
-            f"{_name(identity)}: {delivered} of {sent} recent sends delivered"
+            f"{name_of(identity)}: {delivered} of {sent} recent sends delivered"
             + (f" ({rate:.0%})" if rate is not None else "")
             + (f" against {baseline:.0%} of {base_sent} before" if baseline is not None else "")
         )
@@ -280,8 +173,8 @@ def _delivery_drop(
                     "baseline_sent": base_sent,
                     "baseline_delivered": base_delivered,
                     "baseline_rate": None if baseline is None else round(baseline, 4),
-                    "window_start": _iso(window_start),
-                    "window_end": _iso(window_end),
+                    "window_start": iso(window_start),
+                    "window_end": iso(window_end),
                 },
                 anchor=_bucket(now, config.alert_rate_window),
             )
@@ -327,13 +220,13 @@ def _dwell(session: Session, config: Config, now: datetime, identities: list[Any
                 lane=None,
                 firing=dwelling > 0,
                 summary=(
-                    f"{_name(identity)}: {dwelling} message{'' if dwelling == 1 else 's'} "
+                    f"{name_of(identity)}: {dwelling} message{'' if dwelling == 1 else 's'} "
                     "sent more than "
                     f"{config.alert_dwell_hours:g} h ago and never delivered"
                 ),
                 figures={
                     "dwelling": dwelling,
-                    "oldest_sent_at": _iso(oldest),
+                    "oldest_sent_at": iso(oldest),
                     "dwell_hours": config.alert_dwell_hours,
                 },
                 anchor=_bucket(now, dwell.total_seconds()),
@@ -366,7 +259,7 @@ def _dead_letters(
                 lane=None,
                 firing=failed >= config.alert_dead_letters,
                 summary=(
-                    f"{_name(identity)}: {failed} messages failed in the last "
+                    f"{name_of(identity)}: {failed} messages failed in the last "
                     f"{int(window.total_seconds())} s (threshold {config.alert_dead_letters})"
                 ),
                 figures={

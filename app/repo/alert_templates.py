@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.models import Identity, TemplateHold
-from app.repo.alert_signals import Reading
+from app.repo.alert_reading import Reading
 
 KIND = "template_held"
 

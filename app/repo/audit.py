@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import or_, select
+from sqlalchemy import and_, not_, or_, select
 from sqlalchemy.orm import Session
 
-from app.models import AuditEntry, BulkPlanItem
+from app.models import AuditEntry
+from app.models_operations import BulkPlanItem
 
 PAGE_SIZE = 50
 
@@ -32,6 +33,11 @@ def audit_page(
     query = select(AuditEntry)
     if filters.tenant_id is not None:
         query = query.where(AuditEntry.tenant_id == filters.tenant_id)
+    else:
+        # Every tenant at once (platform staff): a plan across tenants is its own row once,
+        # not again as each tenant's share of it (those are for each tenant's own log).
+        share = AuditEntry.detail["across_tenants"].as_boolean().is_(True)
+        query = query.where(not_(and_(AuditEntry.tenant_id.is_not(None), share)))
     if filters.actor:
         escaped = filters.actor.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         query = query.where(AuditEntry.actor.ilike(f"%{escaped}%", escape="\\"))

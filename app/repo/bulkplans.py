@@ -16,7 +16,8 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from app.models import BulkPlan, BulkPlanItem, Message
+from app.models import Message
+from app.models_operations import BulkPlan, BulkPlanItem
 from app.repo.staff import record_audit
 
 REQUEUE, CANCEL = "requeue", "cancel"

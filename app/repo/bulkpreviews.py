@@ -7,7 +7,7 @@ a confirmation can tick (`confirm_plan` in `app/repo/bulkplans.py`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -17,15 +17,15 @@ from sqlalchemy.orm import Session
 from app.lifecycle import Source, Status
 from app.models import (
     Attempt,
-    BulkPlan,
-    BulkPlanItem,
     Identity,
     Message,
     MessageEvent,
     WebhookStatus,
 )
+from app.models_operations import BulkPlan, BulkPlanItem
 from app.providers.base import FailureClass
 from app.repo.bulkplans import CANCEL, PREVIEWED, REQUEUE, get_plan
+from app.repo.campaigns import CampaignFilter
 from app.repo.deadletters import Filters, advice, apply_filters
 from app.repo.messages import provider_may_hold
 
@@ -59,6 +59,16 @@ class Preview:
     def total(self) -> int:
         """Everything the filters matched, the held ones included."""
         return sum(group.count for group in self.groups) + self.held_count
+
+    @property
+    def matched(self) -> int:
+        """Everything the filters matched, a bulk cancel's already claimed ones included."""
+        return self.total + self.claimed_count
+
+    @property
+    def actionable(self) -> int:
+        """What the plan may touch: the matched less the held and the claimed."""
+        return sum(group.count for group in self.groups)
 
     @property
     def default_count(self) -> int:
@@ -172,6 +182,7 @@ class QueuedFilters:
     identity_id: int | None = None
     lane: str | None = None
     queued_since: datetime | None = None
+    by: CampaignFilter = field(default_factory=CampaignFilter)  # template, campaign, key prefix
 
 
 def _queued(query: Any, filters: QueuedFilters) -> Any:
@@ -183,7 +194,7 @@ def _queued(query: Any, filters: QueuedFilters) -> Any:
         query = query.where(Message.lane == filters.lane)
     if filters.queued_since is not None:
         query = query.where(Message.queued_at >= filters.queued_since)
-    return query
+    return filters.by.apply(query)
 
 
 def preview_cancel(

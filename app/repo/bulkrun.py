@@ -27,7 +27,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
-from app.models import BulkPlan, BulkPlanItem, Message
+from app.models import Message
+from app.models_operations import BulkPlan, BulkPlanItem
 from app.repo.bulkplans import CANCEL, DONE, RUNNING, get_plan, progress_detail, record_plan_audit
 from app.repo.cancels import cancel_message
 from app.repo.messages import RequeueRefusedError, provider_may_hold, requeue_message

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.callback_models import CallbackEndpoint
-from app.repo.alert_signals import Reading
+from app.repo.alert_reading import Reading
 
 KIND = "callbacks_disabled"
 # The reasons `app/repo/callback_outbox.py` writes when it disables an endpoint.

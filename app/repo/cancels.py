@@ -20,8 +20,9 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Source, Status
-from app.models import Message
+from app.models import Identity, Message
 from app.providers.base import FailureClass
+from app.providers.classification import rank_of
 from app.repo.messages import apply_status
 from app.repo.sql import keyed, rows_changed
 from app.repo.staff import record_audit
@@ -186,6 +187,47 @@ def dismiss_message(
             "failure_class": message.failure_class,
             "code": (message.last_error or {}).get("code"),
         },
+        tenant_id=message.tenant_id,
+    )
+    return DismissOutcome(True, message_id)
+
+
+def undismiss_message(
+    session: Session,
+    message_id: int,
+    now: datetime,
+    *,
+    actor: str,
+    tenant_id: int | None,
+    expected_cycle: int,
+) -> DismissOutcome:
+    """Put a dismissed dead letter back on the actionable list, ranked as when it failed
+    (a compare-and-set on its failed cycle; a canceled message stays canceled)."""
+    message = _scoped(session, message_id, tenant_id)
+    provider = session.scalar(select(Identity.provider).where(Identity.id == message.identity_id))
+    rank = rank_of(provider or "", message.failure_class, (message.last_error or {}).get("code"))
+    changed = rows_changed(
+        session,
+        update(Message)
+        .where(
+            Message.id == message_id,
+            keyed(Message.status == Status.FAILED.value),
+            Message.cycle == expected_cycle,
+            keyed(Message.dead_letter_rank.is_(None)),
+            Message.failure_class != CANCELED,
+        )
+        .values(dead_letter_rank=rank)
+        .execution_options(synchronize_session=False),
+    )
+    if changed != 1:
+        return DismissOutcome(False, message_id, "changed since it was shown, or canceled")
+    record_audit(
+        session,
+        actor,
+        "message.undismiss",
+        f"message:{message_id}",
+        now,
+        {"via": "web", "cycle": expected_cycle},
         tenant_id=message.tenant_id,
     )
     return DismissOutcome(True, message_id)

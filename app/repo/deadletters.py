@@ -8,16 +8,17 @@ before it, so a new failure never shifts a row onto two pages or off both.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TypeVarTuple
+from typing import Any, TypeVarTuple, cast
 
-from sqlalchemy import ColumnElement, Select, and_, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select
+from sqlalchemy.orm import Session, aliased
 
 from app.lifecycle import Status
 from app.models import Identity, Message, Tenant
 from app.providers.classification import UnknownProviderCodesError, describe
+from app.repo.campaigns import CampaignFilter
 from app.repo.holds import holds_for
 
 PAGE_SIZE = 50
@@ -60,11 +61,13 @@ class Cursor:
 class Filters:
     tenant_id: int | None = None
     identity_id: int | None = None
+    lane: str | None = None
     failure_class: str | None = None
     code: int | None = None
     since: datetime | None = None
     # The dismissed (and canceled) ones instead: off the actionable list, kept for search.
     dismissed: bool = False
+    by: CampaignFilter = field(default_factory=CampaignFilter)  # template, campaign, key prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,16 +164,31 @@ def _base() -> Select[Message, str, str, str]:
     )
 
 
+def _order(table: Any) -> list[Any]:
+    """The page's order: the rank (actionable first), then newest first, then id."""
+    return [table.dead_letter_rank.asc().nulls_last(), table.failed_at.desc(), table.id.desc()]
+
+
 def dead_letter_page(
     session: Session, filters: Filters, after: Cursor | None = None, limit: int = PAGE_SIZE
 ) -> tuple[list[DeadLetterRow], Cursor | None]:
-    """One page of dead letters and the cursor of the next page (None: this is the last)."""
-    query = apply_filters(_base(), filters)
+    """One page of dead letters and the cursor of the next page (None: this is the last).
+
+    The page's rows are chosen first, on the messages alone (ordered and cut in the
+    partial index of the filter), and only those are joined to their identity and tenant:
+    with the joins in the same step the planner hashed every matching dead letter of a
+    class (10,865 at 1M) and sorted them for 51 (bench/pages.py, 2.03x and 2.37x)."""
+    inner = apply_filters(select(Message).where(Message.status == Status.FAILED.value), filters)
     if after is not None:
-        query = query.where(_after(after))
-    query = query.order_by(
-        Message.dead_letter_rank.asc().nulls_last(), Message.failed_at.desc(), Message.id.desc()
-    ).limit(limit + 1)
+        inner = inner.where(_after(after))
+    chosen = inner.order_by(*_order(Message)).limit(limit + 1).subquery()
+    page = aliased(Message, chosen)
+    query = (
+        select(page, Tenant.name, Identity.provider, Identity.account_id)
+        .join(Identity, Identity.id == page.identity_id)
+        .join(Tenant, Tenant.id == page.tenant_id)
+        .order_by(*_order(page))
+    )
     found = list(session.execute(query))
     # The provider-may-hold rule for the whole page in a few queries, not a few per row.
     holds = holds_for(session, [row[0] for row in found[:limit]])
@@ -193,13 +211,24 @@ def apply_filters(query: Select[*Ts], filters: Filters) -> Select[*Ts]:
         query = query.where(Message.tenant_id == filters.tenant_id)
     if filters.identity_id is not None:
         query = query.where(Message.identity_id == filters.identity_id)
+    if filters.lane:
+        query = query.where(Message.lane == filters.lane)
     if filters.failure_class:
         query = query.where(Message.failure_class == filters.failure_class)
     if filters.code is not None:
         query = query.where(Message.last_error["code"].as_integer() == filters.code)
     if filters.since is not None:
         query = query.where(Message.failed_at >= filters.since)
-    return query
+    return cast(Select[*Ts], filters.by.apply(query))
+
+
+def count_failed_since(session: Session, filters: Filters, since: datetime) -> int:
+    """Dead letters matching the filters that failed after `since` (the page's badge)."""
+    query = apply_filters(
+        select(func.count()).select_from(Message).where(Message.status == Status.FAILED.value),
+        filters,
+    ).where(Message.failed_at > since)
+    return int(session.scalar(query) or 0)
 
 
 def dead_letter_row(

@@ -13,6 +13,7 @@ from app.crypto import SecretBox, sha256_hex
 from app.models import Identity
 from app.providers import PROVIDERS as PROVIDER_REGISTRY
 from app.repo.sql import rows_changed
+from app.repo.staff import record_audit
 
 # Every provider the CLI and the schema know; `BUILT` are those a message can be sent
 # through today (the provider registry).
@@ -321,6 +322,15 @@ def pause_identity(
         .where(*guard)
         .values(paused_at=now, paused_reason=reason, paused_by=by or "ratchet"),
     )
+    if changed == 1 and by is None:
+        # An automatic pause (a broken sender, an unsendable token) is Ratchet's own act:
+        # logged as the system in the same transaction. An operator's is logged by its caller.
+        tenant_id = session.scalar(select(Identity.tenant_id).where(Identity.id == identity_id))
+        detail = {"reason": reason, "via": "automatic"}
+        record_audit(
+            session, "ratchet", "identity.pause", f"identity:{identity_id}", now, detail,
+            tenant_id=tenant_id,
+        )  # fmt: skip
     return changed == 1
 
 

@@ -21,6 +21,7 @@ class StaffMember:
     tenant_id: int | None
     tenant_name: str | None
     session_version: int = 0
+    time_zone: str | None = None  # the IANA zone the pages show times in (None: UTC)
 
 
 def load_staff(session: Session, staff_id: int) -> StaffMember | None:
@@ -35,8 +36,19 @@ def load_staff(session: Session, staff_id: int) -> StaffMember | None:
         return None
     staff, tenant_name = row
     return StaffMember(
-        staff.id, staff.email, staff.role, staff.tenant_id, tenant_name, staff.session_version
+        staff.id,
+        staff.email,
+        staff.role,
+        staff.tenant_id,
+        tenant_name,
+        staff.session_version,
+        staff.time_zone,
     )
+
+
+def set_time_zone(session: Session, staff_id: int, zone: str | None) -> None:
+    """A staff member's own time zone for the pages (None: UTC); checked by the caller."""
+    session.execute(update(Staff).where(Staff.id == staff_id).values(time_zone=zone))
 
 
 def end_sessions(session: Session, staff_id: int) -> None:

@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session
 from app.correlation import make_correlation_id
 from app.correlation import parse_correlation_id as parse_correlation_id_under
 from app.lifecycle import (
-    PROVIDER_WORDS,
     TIMESTAMP_FIELD,
     Decision,
     Refusal,
@@ -20,7 +19,7 @@ from app.lifecycle import (
     Status,
     decide,
 )
-from app.models import Attempt, Message, MessageEvent, WebhookStatus
+from app.models import Message, MessageEvent
 from app.repo.events import append_event
 from app.repo.sql import insert_ignoring_conflict, keyed, rows_changed, still_null
 
@@ -338,6 +337,7 @@ class NewMessage:
     template: dict[str, Any] | None = None
     idempotency_key: str | None = None
     tag: str | None = None  # Messenger / Instagram message tag (HUMAN_AGENT)
+    campaign: str | None = None
 
 
 def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Message, bool]:
@@ -353,6 +353,9 @@ def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Me
         "lane": new.lane,
         "body_text": new.body_text,
         "template": new.template,
+        "template_name": (new.template or {}).get("name"),
+        "campaign": new.campaign,
+        "recipient_tail": new.recipient[-4:],
         "tag": new.tag,
         "idempotency_key": new.idempotency_key,
         "fingerprint": new.fingerprint,
@@ -522,60 +525,6 @@ def provider_may_hold(session: Session, message: Message) -> str | None:
     from app.repo.holds import holds_for  # the same rule for many messages at once
 
     return holds_for(session, [message])[message.id]
-
-
-def accepted_provider_ids(session: Session, message: Message) -> list[tuple[str, int]]:
-    """Every provider id the message is known by, with its cycle: the one on the row, the
-    ones its attempts were answered with, both ids of any double send, and the ids of the
-    provider's own `sent`/`delivered`/`read` statuses matched to it."""
-    found: list[tuple[str, int]] = []
-    if message.provider_message_id:
-        found.append((message.provider_message_id, message.cycle))
-    found.extend(
-        (row.provider_message_id, row.cycle)
-        for row in session.execute(
-            select(Attempt.provider_message_id, Attempt.cycle)
-            .where(Attempt.message_id == message.id, Attempt.provider_message_id.is_not(None))
-            .order_by(Attempt.cycle, Attempt.number)
-        )
-    )
-    for detail, cycle in session.execute(
-        select(MessageEvent.detail, MessageEvent.cycle).where(
-            MessageEvent.message_id == message.id, MessageEvent.kind == "double_send"
-        )
-    ):
-        found.extend((pid, cycle) for pid in (detail or {}).get("provider_message_ids", []) if pid)
-    advancing = [word for word, status in PROVIDER_WORDS.items() if status is not Status.FAILED]
-    for provider_id, event_cycle in session.execute(
-        select(WebhookStatus.provider_message_id, MessageEvent.cycle)
-        .join(MessageEvent, MessageEvent.dedupe_key == WebhookStatus.dedupe_key)
-        .where(
-            WebhookStatus.message_id == message.id,
-            WebhookStatus.status.in_(advancing),
-            WebhookStatus.provider_message_id.is_not(None),
-        )
-    ):
-        if provider_id:
-            found.append((provider_id, event_cycle))
-    seen: dict[str, int] = {}
-    for provider_id, cycle in found:
-        seen.setdefault(provider_id, cycle)
-    return list(seen.items())
-
-
-def reached_phone(session: Session, message_id: int) -> tuple[str, int] | None:
-    """(status, cycle) of a `delivered` or `read` reported for the message in any cycle."""
-    row = session.execute(
-        select(MessageEvent.to_status, MessageEvent.cycle)
-        .where(
-            MessageEvent.message_id == message_id,
-            MessageEvent.source == Source.WEBHOOK.value,
-            MessageEvent.to_status.in_([Status.DELIVERED.value, Status.READ.value]),
-        )
-        .order_by(MessageEvent.id.desc())
-        .limit(1)
-    ).first()
-    return (row.to_status, row.cycle) if row is not None else None
 
 
 def mark_unrung(session: Session, message_id: int) -> None:

@@ -176,10 +176,11 @@ def overview(
         if lane is not None:
             lane.sent, lane.delivered, lane.read = int(row.sent), int(row.delivered), int(row.read)
             lane.failed = int(row.failed)
-    # Dead letters: counted from a partial index of the failed rows alone (index-only).
+    # Dead letters as the dead-letter page lists them (failed, neither canceled nor
+    # dismissed): counted from a partial index of those rows alone (index-only).
     dead = (
         select(Message.identity_id, Message.lane, func.count().label("dead"))
-        .where(scope, Message.status == Status.FAILED.value)
+        .where(scope, Message.status == Status.FAILED.value, Message.dead_letter_rank.is_not(None))
         .group_by(Message.identity_id, Message.lane)
     )
     for row in session.execute(dead):

@@ -4,7 +4,6 @@ dashboard page shows while an alert fires (`/alerts/banner` refreshes it in plac
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +13,7 @@ from flask_login import current_user
 
 from app.auth import tenant_scope
 from app.db import get_db
+from app.repo.alert_live import LiveFigure, live_figures
 from app.repo.alert_signals import KIND_TITLES, dwelling_messages
 from app.repo.alerts import FiringAlert, alert_history, firing_alerts, identity_labels
 from app.views.pages import is_htmx, now, staff_blueprint
@@ -24,6 +24,15 @@ bp = staff_blueprint("alerts", __name__)
 def _firing_in_scope() -> list[FiringAlert]:
     with get_db().transaction() as session:
         return firing_alerts(session, tenant_scope())
+
+
+def _live(alerts: list[FiringAlert]) -> dict[int, LiveFigure]:
+    """What the firing alerts read now, for the banner and the page (the figures they
+    fired with are stored; these are read again on each render)."""
+    if not alerts:
+        return {}
+    with get_db().transaction() as session:
+        return live_figures(session, alerts, now())
 
 
 @bp.app_template_filter("figure")
@@ -39,11 +48,16 @@ def figure(value: object) -> str:
 
 
 @bp.app_context_processor
-def _banner_context() -> dict[str, Callable[[], list[FiringAlert]] | dict[str, str]]:
-    """`alerts_firing()` for base.html's banner: called only when a whole page renders."""
+def _banner_context() -> dict[str, Any]:
+    """`alerts_firing()` for base.html's banner (called only when a whole page renders),
+    and `alerts_live(alerts)` for their figures now."""
     if not current_user.is_authenticated:
-        return {"alerts_firing": list, "alert_titles": KIND_TITLES}
-    return {"alerts_firing": _firing_in_scope, "alert_titles": KIND_TITLES}
+        return {"alerts_firing": list, "alerts_live": _no_live, "alert_titles": KIND_TITLES}
+    return {"alerts_firing": _firing_in_scope, "alerts_live": _live, "alert_titles": KIND_TITLES}
+
+
+def _no_live(alerts: list[FiringAlert]) -> dict[int, LiveFigure]:
+    return {}
 
 
 @bp.get("/alerts/banner")

@@ -77,6 +77,7 @@ def message_json(message: Message) -> dict[str, Any]:
         "to": message.recipient,
         "tag": message.tag,
         "idempotency_key": message.idempotency_key,
+        "campaign": message.campaign,
         "provider_message_id": message.provider_message_id,
         "attempts": message.attempt,
         "cycle": message.cycle,
@@ -162,6 +163,7 @@ def create() -> ResponseReturnValue:
                 template=send.template.model_dump() if send.template else None,
                 idempotency_key=send.idempotency_key,
                 tag=send.tag,
+                campaign=send.campaign,
             ),
             now,
         )

@@ -20,6 +20,8 @@ from sqlalchemy.orm import Session
 from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
 from app.inputs import parse_id
+from app.models_operations import BulkPlan
+from app.repo.bulk_aftermath import Aftermath, plan_aftermath
 from app.repo.bulkplans import (
     RUNNING,
     PlanNotFoundError,
@@ -35,6 +37,8 @@ from app.repo.bulkpreviews import (
     preview_cancel,
     preview_requeue,
 )
+from app.repo.campaigns import FIELDS as CAMPAIGN_FIELDS
+from app.repo.campaigns import campaign_filter
 from app.repo.deadletters import Filters
 from app.repo.overview import list_identities
 from app.views.pages import is_htmx, now, scope_args, staff_blueprint
@@ -70,16 +74,19 @@ def preview_requeue_view() -> ResponseReturnValue:
     form = request.form
     failure_class = form.get(CLASSES_FIELD, "")
     period = form.get("period", "")
+    lane = form.get("lane", "")
     filters = Filters(
         tenant_id=tenant_scope(),
         identity_id=_int(form.get("identity")),
+        lane=lane if lane in LANES else None,
+        by=campaign_filter(form),
         failure_class=failure_class if failure_class in CLASSES else None,
         code=_int(form.get("code")),
         since=now() - PERIODS[period] if period in PERIODS else None,
     )
     described = {
         key: form.get(key, "")
-        for key in ("identity", CLASSES_FIELD, "code", "period")
+        for key in ("identity", "lane", CLASSES_FIELD, "code", "period", *CAMPAIGN_FIELDS)
         if form.get(key, "")
     }
     with get_db().transaction() as session:
@@ -115,8 +122,13 @@ def preview_cancel_view() -> ResponseReturnValue:
         identity_id=identity_id,
         lane=lane if lane in LANES else None,
         queued_since=now() - PERIODS[period] if period in PERIODS else None,
+        by=campaign_filter(form),
     )
-    described = {k: form.get(k, "") for k in ("identity", "lane", "period") if form.get(k, "")}
+    described = {
+        k: form.get(k, "")
+        for k in ("identity", "lane", "period", *CAMPAIGN_FIELDS)
+        if form.get(k, "")
+    }
     with get_db().transaction() as session:
         described = _readable(session, described)
         preview = preview_cancel(session, filters, described, now(), actor=staff().email)
@@ -140,8 +152,17 @@ def show(plan_id: int) -> ResponseReturnValue:
         preview=preview,
         plan=preview.plan,
         progress=progress_detail(preview.plan),
+        aftermath=_aftermath(preview.plan),
         now=now(),
     )
+
+
+def _aftermath(plan: BulkPlan) -> Aftermath | None:
+    """A requeue's messages as they are now (None for a cancel or a plan not run yet)."""
+    if plan.kind != "requeue" or plan.status == "previewed":
+        return None
+    with get_db().transaction() as session:
+        return plan_aftermath(session, plan.id)
 
 
 @bp.get("/bulk/<int:plan_id>/progress")
@@ -149,7 +170,10 @@ def progress(plan_id: int) -> ResponseReturnValue:
     """The progress widget alone; it polls itself while the plan runs."""
     preview = _preview(plan_id)
     response = render_template(
-        "bulk/_progress.html", plan=preview.plan, progress=progress_detail(preview.plan)
+        "bulk/_progress.html",
+        plan=preview.plan,
+        progress=progress_detail(preview.plan),
+        aftermath=_aftermath(preview.plan),
     )
     return response, 200, {"Vary": "HX-Request"}
 

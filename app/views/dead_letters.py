@@ -13,13 +13,15 @@ from app.auth import requires_role, staff, tenant_scope
 from app.db import get_db
 from app.inputs import parse_id
 from app.providers.base import FailureClass
-from app.repo.cancels import MessageNotFoundError, dismiss_message
+from app.repo.campaigns import campaign_filter
+from app.repo.cancels import MessageNotFoundError, dismiss_message, undismiss_message
 from app.repo.deadletters import Cursor, Filters, dead_letter_page, dead_letter_row
 from app.repo.overview import list_identities
 from app.repo.timeline import scoped_message
 from app.views.auth import safe_next
 from app.views.pages import is_htmx, now, staff_blueprint
-from app.views.requeueing import run_requeue, shown_cycle
+from app.views.requeueing import advice_not_read, run_requeue, shown_cycle
+from jobs.queues import LANES
 
 bp = staff_blueprint("dead_letters", __name__)
 
@@ -32,19 +34,27 @@ def _int(name: str) -> int | None:
     return parse_id(raw)
 
 
-@bp.get("/dead-letters")
-def index() -> ResponseReturnValue:
-    scope = tenant_scope()
+def dead_letter_filters() -> Filters:
+    """The page's filters from the query string (the CSV export reads the same)."""
     failure_class = request.args.get("class", "")
     period = request.args.get("period", "")
-    filters = Filters(
-        tenant_id=scope,
+    lane = request.args.get("lane", "")
+    return Filters(
+        tenant_id=tenant_scope(),
         identity_id=_int("identity"),
+        lane=lane if lane in LANES else None,
         failure_class=failure_class if failure_class in CLASSES else None,
         code=_int("code"),
         since=now() - PERIODS[period] if period in PERIODS else None,
         dismissed=request.args.get("dismissed") == "1",
+        by=campaign_filter(request.args),
     )
+
+
+@bp.get("/dead-letters")
+def index() -> ResponseReturnValue:
+    scope = tenant_scope()
+    filters = dead_letter_filters()
     after = Cursor.decode(request.args.get("after"))
     with get_db().transaction() as session:
         rows, next_cursor = dead_letter_page(
@@ -57,8 +67,10 @@ def index() -> ResponseReturnValue:
         rows=rows,
         next_args={**kept, "after": next_cursor.encode()} if next_cursor else None,
         first_args=kept if after else None,
+        export_args=kept,
         identities=identities,
         classes=CLASSES,
+        lanes=LANES,
         periods=PERIODS,
         args=request.args,
         now=now(),
@@ -68,7 +80,10 @@ def index() -> ResponseReturnValue:
 @bp.post("/dead-letters/<int:message_id>/requeue")
 @requires_role("operator")
 def requeue(message_id: int) -> ResponseReturnValue:
-    said = run_requeue(message_id, shown_cycle(request.form.get("cycle")))
+    with get_db().transaction() as session:
+        shown = dead_letter_row(session, message_id, tenant_scope())
+    refused = advice_not_read(shown.action, request.form.get("against_advice")) if shown else None
+    said = refused or run_requeue(message_id, shown_cycle(request.form.get("cycle")))
     if not is_htmx():
         flash(f"Message {message_id}: {said.words}", "ok" if said.ok else "refused")
         return redirect(safe_next(request.form.get("next")))
@@ -123,6 +138,31 @@ def dismiss(message_id: int) -> ResponseReturnValue:
         now=now(),
         back=request.form.get("next", ""),
     )
+
+
+@bp.post("/dead-letters/<int:message_id>/undismiss")
+@requires_role("operator")
+def undismiss(message_id: int) -> ResponseReturnValue:
+    """Undo a dismissal: the dead letter is back on the actionable list."""
+    try:
+        with get_db().transaction() as session:
+            outcome = undismiss_message(
+                session,
+                message_id,
+                now(),
+                actor=staff().email,
+                tenant_id=tenant_scope(),
+                expected_cycle=shown_cycle(request.form.get("cycle")),
+            )
+    except MessageNotFoundError:
+        abort(404)
+    words = (
+        "Back on the dead-letter list."
+        if outcome.dismissed
+        else f"Not put back: {outcome.why_not}."
+    )
+    flash(f"Message {message_id}: {words}", "ok" if outcome.dismissed else "refused")
+    return redirect(safe_next(request.form.get("next")))
 
 
 class SaidWords:

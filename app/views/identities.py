@@ -22,6 +22,7 @@ from app.views.pages import is_htmx, now, scope_args, staff_blueprint
 from jobs.drain import ring_message
 from jobs.pacing import Pace, paces
 from jobs.queues import get_redis
+from jobs.registry import read_live_by_lane
 
 bp = staff_blueprint("identities", __name__)
 
@@ -46,7 +47,12 @@ def index() -> ResponseReturnValue:
     moment = now()
     with get_db().transaction() as session:
         rows = identity_rows(session, tenant_scope(), moment)
-    context = {"rows": rows, "paces": _current_paces([r.id for r in rows]), "now": moment}
+    context = {
+        "rows": rows,
+        "paces": _current_paces([r.id for r in rows]),
+        "live": read_live_by_lane(get_redis()),
+        "now": moment,
+    }
     template = "identities/_table.html" if is_htmx() else "identities/index.html"
     return render_template(template, **context), 200, {"Vary": "HX-Request"}
 

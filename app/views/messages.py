@@ -19,7 +19,7 @@ from app.repo.deadletters import advice
 from app.repo.reveals import reveal_recipient as reveal_recipient_of
 from app.repo.timeline import REFUSALS, MessageStory, message_story
 from app.views.pages import is_htmx, now, scope_args, staff_blueprint
-from app.views.requeueing import run_requeue, shown_cycle
+from app.views.requeueing import advice_not_read, run_requeue, shown_cycle
 from app.views.ticket import ticket_summary
 
 bp = staff_blueprint("messages", __name__)
@@ -94,7 +94,9 @@ def reveal_recipient(message_id: int) -> ResponseReturnValue:
 def requeue(message_id: int) -> ResponseReturnValue:
     force = request.form.get("force") == "1"
     reason = request.form.get("reason", "").strip()[:500] or None
-    said = run_requeue(
+    action = str(_context(_story(message_id))["action"])
+    refused = None if force else advice_not_read(action, request.form.get("against_advice"))
+    said = refused or run_requeue(
         message_id, shown_cycle(request.form.get("cycle")), force=force, reason=reason
     )
     if not is_htmx():

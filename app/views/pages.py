@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from flask import Blueprint, Flask, current_app, render_template, request
+from flask import Blueprint, Flask, current_app, has_request_context, render_template, request
 from flask.typing import ResponseReturnValue
 from flask_login import current_user
 from flask_wtf.csrf import CSRFError
@@ -93,10 +94,29 @@ def status_result(result: str | None) -> str:
     return STATUS_RESULTS.get(result, result)
 
 
+def staff_zone() -> ZoneInfo | None:
+    """The signed-in staff member's own time zone; None (UTC) when unset or unknown."""
+    if not has_request_context() or not current_user.is_authenticated:
+        return None
+    name = staff().time_zone
+    try:
+        return ZoneInfo(name) if name else None
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def absolute(moment: datetime | None) -> str:
+    """A time in the staff member's own zone (UTC when they chose none)."""
     if moment is None:
         return ""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    zone = staff_zone()
+    if zone is None:
+        return utc(moment)
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def relative(moment: datetime | None) -> Markup:
@@ -106,6 +126,8 @@ def relative(moment: datetime | None) -> Markup:
     delta = now() - moment
     words = f"{duration(delta)} ago" if delta >= timedelta(0) else f"in {duration(delta)}"
     stamp = absolute(moment)
+    if staff_zone() is not None:
+        stamp = f"{stamp} ({utc(moment)})"  # UTC on hover too
     return Markup(
         f'<time datetime="{escape(moment.isoformat())}" title="{escape(stamp)}" '
         f'tabindex="0">{escape(words)}</time>'

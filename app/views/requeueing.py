@@ -15,6 +15,30 @@ from app.views.pages import now
 from jobs.drain import ring_message
 
 
+def is_against_advice(action: str) -> bool:
+    """The advice says not to send it again now (an opted-out recipient, a paused
+    marketing window...): a requeue then takes a second, deliberate click."""
+    return action.lower().startswith("do not resend")
+
+
+def advice_not_read(action: str, ticked: str | None) -> Refused | None:
+    """The refusal to give when the advice says not to resend and the box saying it was
+    read is not ticked; None when the requeue may go ahead."""
+    if not is_against_advice(action) or ticked == "1":
+        return None
+    return Refused(
+        f"Not requeued: the advice is “{action}” Tick that you read it to requeue anyway."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A requeue refused before it was tried, in the words the page shows."""
+
+    words: str
+    ok: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Said:
     """What happened, in the words the page shows."""

@@ -1,4 +1,5 @@
-"""Search from every page: one match opens the message, several are listed."""
+"""Search from every page: one match opens the message, several are listed (digits that
+are both a message id and a number's last digits are several)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,9 @@ from datetime import timedelta
 
 import pytest
 from playwright.sync_api import Page, expect
+from rq import SimpleWorker
+
+from jobs.queues import get_queue, get_redis
 
 from ..factories import make_message
 from ..views.dashboard_world import NOW, Tenants, make_staff, make_tenants
@@ -32,6 +35,10 @@ def test_an_operator_pauses_and_resumes_an_identity_and_the_overview_shows_it(
     for n in range(3):
         make_message(served.db, tenants.acme, lane="campaign", now=NOW - timedelta(seconds=n))
     make_message(served.db, tenants.acme, lane="reply", now=NOW)
+    # The reply lane's worker runs (registered in RQ's registry); the lanes say "sending"
+    # only while one does.
+    redis = get_redis()
+    SimpleWorker([get_queue("reply", redis)], connection=redis, name="reply-1").register_birth()
     sign_in(page, served, "ops@acme.test")
 
     # A second tab keeps the overview open; it refreshes itself every 5 s.

@@ -12,7 +12,8 @@ from flask import Flask
 from sqlalchemy import select
 
 from app.db import Database
-from app.models import BulkPlan, BulkPlanItem, Message, MessageEvent
+from app.models import Message, MessageEvent
+from app.models_operations import BulkPlan, BulkPlanItem
 from app.repo.bulkplans import confirm_plan
 from app.repo.bulkpreviews import preview_requeue
 from app.repo.deadletters import Filters

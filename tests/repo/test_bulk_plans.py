@@ -10,7 +10,8 @@ from sqlalchemy import select
 
 from app.db import Database
 from app.lifecycle import Source, Status
-from app.models import AuditEntry, BulkPlanItem, Message
+from app.models import AuditEntry, Message
+from app.models_operations import BulkPlanItem
 from app.repo.bulkplans import (
     DONE,
     RUNNING,

@@ -11,7 +11,8 @@ from flask import Flask
 from sqlalchemy import event, select
 
 from app.db import Database
-from app.models import AuditEntry, BulkPlan, Message, MessageEvent
+from app.models import AuditEntry, Message, MessageEvent
+from app.models_operations import BulkPlan
 from app.reconcile import apply_recorded, record_delivery
 from app.repo.bulkplans import PREVIEW_LIFETIME, RUNNING, PlanNotFoundError, confirm_plan
 from app.repo.bulkpreviews import QueuedFilters, preview_cancel, preview_requeue

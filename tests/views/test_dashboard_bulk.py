@@ -15,7 +15,8 @@ from rq import Queue, SimpleWorker
 from sqlalchemy import select
 
 from app.db import Database
-from app.models import AuditEntry, BulkPlan, Message
+from app.models import AuditEntry, Message
+from app.models_operations import BulkPlan
 from jobs.queues import queue_name
 from jobs.sweep import sweep_once
 
@@ -151,7 +152,7 @@ def test_an_operator_reads_the_count_and_breakdown_confirms_and_the_campaign_lan
     assert status_of(db, theirs) == "failed"
     progress = operator.get(f"/bulk/{plan_id}/progress", headers=HTMX).get_data(as_text=True)
     assert "3/3</strong>:" in progress and "3 requeued, 0 skipped" in progress
-    assert "hx-trigger" not in progress  # done: it stops polling
+    assert 'hx-trigger="every 5s' in progress  # done: it follows them (test_bulk_aftermath)
     audit = operator.get("/audit?action=bulk").get_data(as_text=True)
     assert "bulk.requeue.done" in audit and "bulk.requeue" in audit
     assert f"bulk plan #{plan_id}" in audit
