@@ -338,6 +338,8 @@ class NewMessage:
     template: dict[str, Any] | None = None
     idempotency_key: str | None = None
     tag: str | None = None  # Messenger / Instagram message tag (HUMAN_AGENT)
+    not_before: datetime | None = None  # a `send_at` still ahead (`app/schedule.py`)
+    expires_at: datetime | None = None
 
 
 def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Message, bool]:
@@ -356,6 +358,8 @@ def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Me
         "tag": new.tag,
         "idempotency_key": new.idempotency_key,
         "fingerprint": new.fingerprint,
+        "not_before": new.not_before,
+        "expires_at": new.expires_at,
         "status": Status.QUEUED.value,
         "cycle": 1,
         "provider_key_cycle": 1,
