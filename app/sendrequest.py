@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -106,6 +106,17 @@ class SendRequest(BaseModel):
         if value is not None and not isinstance(value, str):
             raise ValueError("must be an ISO 8601 date and time with its offset")
         return value
+
+    @field_validator("send_at", "expires_at")
+    @classmethod
+    def _in_range(cls, value: datetime | None) -> datetime | None:
+        # Year 1 at +14:00 is before year 1 in UTC: no comparison or fingerprint could use it.
+        if value is None:
+            return None
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("is out of range") from None
 
     @field_validator("text", "idempotency_key", "status_callback")
     @classmethod

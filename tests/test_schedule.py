@@ -48,6 +48,9 @@ def test_a_validity_counts_from_when_the_message_is_due() -> None:
         ({"valid_for": 35 * 86400 + 1}, "valid_for"),
         ({"valid_for": True}, "valid_for"),
         ({"expires_at": "2026-12-01"}, "expires_at"),
+        # Before year 1 in UTC: a 500 before the check (OverflowError in the comparison).
+        ({"send_at": "0001-01-01T00:00:00+14:00"}, "send_at"),
+        ({"expires_at": "9999-12-31T23:59:59-14:00"}, "expires_at"),
     ],
 )
 def test_malformed_times_and_validities_are_refused_by_the_request(
