@@ -19,7 +19,7 @@ from app.repo.callback_endpoints import EVENTS, create_endpoint
 from app.repo.claims import Claim, claim_batch, claim_message
 from app.repo.due import count_due, earliest_due
 from app.repo.expiry import expire_due
-from app.repo.queue import due_drains
+from app.repo.queue import dead_letters, due_drains
 from app.repo.sending import start_attempt
 
 from ..conftest import SECRET_KEY, T0
@@ -106,6 +106,9 @@ def test_an_expired_message_is_not_claimed_and_its_drain_fails_it(db: Database) 
         sent = outbox(session, expiring)
     # The status callback: failed, class expired.
     assert sent == [("message.failed", "expired")]
+    with db.transaction() as session:  # a dead letter of its own class, not actionable
+        assert dead_letters(session) == []
+        assert [d.message_id for d in dead_letters(session, failure_class="expired")] == [expiring]
 
 
 def outbox(session, message_id: int) -> list[tuple[str, str | None]]:
