@@ -63,8 +63,14 @@ def is_due(now: datetime) -> Any:
 
 def unexpired(now: datetime) -> Any:
     """Still valid: an expired message is never claimed; a drain fails it instead
-    (`app/repo/expiry.py`)."""
-    return or_(Message.expires_at.is_(None), Message.expires_at > now)
+    (`app/repo/expiry.py`). Except a lease that lapsed: its call's outcome is unknown (the
+    provider may have it), so it is re-claimed as ever, with no call, and its plan waits
+    the webhook grace before failing it `expired` (`app/retry.py`)."""
+    return or_(
+        Message.expires_at.is_(None),
+        Message.expires_at > now,
+        and_(Message.status == Status.SENDING.value, Message.lease_until.is_not(None)),
+    )
 
 
 def claimable(

@@ -4,9 +4,9 @@ expiring messages").
 A message whose `expires_at` has passed is never claimed (`unexpired` in
 `app/repo/claims.py`); its drain fails it here at the start of each step, with failure
 class `expired` and no dead-letter rank (off the actionable list by default). Only a
-message no call holds now: queued, or sending between attempts (a retry due, or a lease
-lapsed). One in flight is stopped by the pre-call check (`jobs/call.py`); one owing a
-verdict (an unknown outcome: the provider may have it) is left to its verdict.
+message no call holds now: queued, or sending between attempts (a retry due). One in
+flight is stopped by the pre-call check (`jobs/call.py`); one owing a verdict, or whose
+lease lapsed (an unknown outcome: the provider may have it), is left to its verdict.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ def expire_due(
             is_waiting(),
             Message.expires_at <= now,
             Message.pending_verdict.is_(None),
+            # A lapsed lease's outcome is unknown: re-claimed with no call (`unexpired`).
+            Message.lease_until.is_(None),
             # Due: queued (whenever its `send_at`), or sending with no call holding it.
             is_due(now) | (Message.status == Status.QUEUED.value),
         )

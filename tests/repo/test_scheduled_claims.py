@@ -111,6 +111,20 @@ def test_an_expired_message_is_not_claimed_and_its_drain_fails_it(db: Database) 
         assert [d.message_id for d in dead_letters(session, failure_class="expired")] == [expiring]
 
 
+def test_an_expired_message_whose_lease_lapsed_is_reclaimed_not_failed(db: Database) -> None:
+    """Its call may have reached the provider: the re-claim makes no call and its plan
+    waits the webhook grace before `expired` (tests/test_schedule.py)."""
+    world = make_world(db)
+    lapsed = make_message(db, world)
+    set_times(db, lapsed, expires_at=T0 + timedelta(minutes=5))
+    assert claim(db, world, T0) == [lapsed]
+    at = T0 + timedelta(minutes=10)  # the lease and the validity are both over
+    with db.transaction() as session:
+        assert expire_due(session, world.identity_id, "campaign", at) == []
+        (again,) = claim_batch(session, world.identity_id, "campaign", 10, at, LEASE)
+    assert again.message_id == lapsed and again.lease_lost
+
+
 def outbox(session, message_id: int) -> list[tuple[str, str | None]]:
     query = select(Callback).where(Callback.message_id == message_id).order_by(Callback.id)
     return [
