@@ -19,6 +19,7 @@ from app.repo.callback_endpoints import EVENTS, create_endpoint
 from app.repo.claims import Claim, claim_batch, claim_message
 from app.repo.due import count_due, earliest_due
 from app.repo.expiry import expire_due
+from app.repo.overview import due_since, stuck_messages
 from app.repo.queue import dead_letters, due_drains
 from app.repo.sending import start_attempt
 
@@ -123,6 +124,21 @@ def test_an_expired_message_whose_lease_lapsed_is_reclaimed_not_failed(db: Datab
         assert expire_due(session, world.identity_id, "campaign", at) == []
         (again,) = claim_batch(session, world.identity_id, "campaign", 10, at, LEASE)
     assert again.message_id == lapsed and again.lease_lost
+
+
+def test_a_scheduled_message_is_not_stuck_for_the_time_it_waits(db: Database) -> None:
+    world = make_world(db)
+    scheduled = make_message(db, world, now=T0)
+    set_times(db, scheduled, not_before=T0 + timedelta(days=3))
+    stuck_after = timedelta(minutes=10)
+    due_at = T0 + timedelta(days=3, minutes=1)  # due a minute ago, queued three days ago
+    with db.transaction() as session:
+        for at in (T0 + timedelta(days=1), due_at):
+            assert stuck_messages(session, at, stuck_after, None) == []
+        oldest = session.scalar(select(due_since(due_at)).where(Message.id == scheduled))
+        assert oldest == T0 + timedelta(days=3)
+        later = due_at + stuck_after
+        assert [m.id for m in stuck_messages(session, later, stuck_after, None)] == [scheduled]
 
 
 def outbox(session, message_id: int) -> list[tuple[str, str | None]]:
