@@ -467,7 +467,7 @@ def requeue_message(
     # still carries the key of the cycle before it.
     keep_key = message.had_unknown_outcome or message.attempt == 0
     key_cycle = message.provider_key_cycle if keep_key else new_cycle
-    cleared = {name: None for name in TIMESTAMP_FIELD.values()}
+    cleared = {name: None for name in (*TIMESTAMP_FIELD.values(), "not_before", "expires_at")}
     result = apply_status(
         session,
         message_id,

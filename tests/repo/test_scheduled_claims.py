@@ -19,6 +19,7 @@ from app.repo.callback_endpoints import EVENTS, create_endpoint
 from app.repo.claims import Claim, claim_batch, claim_message
 from app.repo.due import count_due, earliest_due
 from app.repo.expiry import expire_due
+from app.repo.messages import requeue_message
 from app.repo.overview import due_since, stuck_messages
 from app.repo.queue import dead_letters, due_drains
 from app.repo.sending import start_attempt
@@ -139,6 +140,20 @@ def test_a_scheduled_message_is_not_stuck_for_the_time_it_waits(db: Database) ->
         assert oldest == T0 + timedelta(days=3)
         later = due_at + stuck_after
         assert [m.id for m in stuck_messages(session, later, stuck_after, None)] == [scheduled]
+
+
+def test_a_requeued_expired_message_goes_now_without_its_old_validity(db: Database) -> None:
+    """A person chose to send it late: the requeue clears its send_at and its expiry."""
+    world = make_world(db)
+    expired = make_message(db, world)
+    set_times(db, expired, not_before=T0, expires_at=T0 + timedelta(minutes=5))
+    at = T0 + timedelta(minutes=6)
+    with db.transaction() as session:
+        assert expire_due(session, world.identity_id, "campaign", at) == [expired]
+    with db.transaction() as session:
+        requeued = requeue_message(session, expired, at, actor="ana")
+        assert (requeued.not_before, requeued.expires_at) == (None, None)
+    assert claim(db, world, at) == [expired]
 
 
 def outbox(session, message_id: int) -> list[tuple[str, str | None]]:
