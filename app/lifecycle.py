@@ -68,8 +68,9 @@ ALLOWED: dict[tuple[Source, Status], frozenset[Status]] = {
     (Source.WORKER, Status.SENDING): frozenset({Status.QUEUED}),
     # The provider accepted: `sending -> sent`; a webhook that got further wins.
     (Source.WORKER, Status.SENT): frozenset({Status.SENDING}),
-    # Permanent failure or attempts exhausted, only while we still hold the send.
-    (Source.WORKER, Status.FAILED): frozenset({Status.SENDING}),
+    # Permanent failure or attempts exhausted, only while we still hold the send; or its
+    # validity ended before any claim (`expired`, never sent).
+    (Source.WORKER, Status.FAILED): frozenset({Status.SENDING, Status.QUEUED}),
     # Webhooks move any lower rank up (skipping allowed), never out of `failed`.
     (Source.WEBHOOK, Status.SENT): _BELOW[Status.SENT],
     (Source.WEBHOOK, Status.DELIVERED): _BELOW[Status.DELIVERED],

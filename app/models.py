@@ -183,6 +183,14 @@ class Message(Base):
             postgresql_where=text("pending_verdict IS NOT NULL"),
             sqlite_where=text("pending_verdict IS NOT NULL"),
         ),
+        Index(  # migration 0020: the earliest scheduled message a drain rings itself for
+            "ix_messages_scheduled",
+            "identity_id",
+            "lane",
+            "not_before",
+            postgresql_where=text("status = 'queued' AND not_before IS NOT NULL"),
+            sqlite_where=text("status = 'queued' AND not_before IS NOT NULL"),
+        ),
         Index(
             "ix_messages_waiting_age",
             "queued_at",
@@ -329,6 +337,8 @@ class Message(Base):
     # Verbatim: provider, http_status, code, subcode, title, message, details, trace_id, raw.
     last_error: Mapped[dict[str, Any] | None]
     queued_at: Mapped[datetime | None]
+    not_before: Mapped[datetime | None]  # a `send_at` ahead when accepted: not claimed before
+    expires_at: Mapped[datetime | None]  # never called after: then `failed`, class `expired`
     sending_at: Mapped[datetime | None]
     sent_at: Mapped[datetime | None]
     delivered_at: Mapped[datetime | None]

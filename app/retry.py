@@ -47,12 +47,46 @@ def plan_after_failure(
     rate_limited_attempts: int,
     retry_after: float | None = None,
     rng: random.Random | None = None,
+    expires_at: datetime | None = None,
 ) -> Plan:
     """The next step after an attempt that was not accepted.
 
     `unknown_attempts` and `rate_limited_attempts` are the counts before this attempt;
-    the plan carries them after it.
+    the plan carries them after it. A retry that would land at or after `expires_at` is
+    not scheduled: the message fails `expired` (after an unknown outcome, once the webhook
+    grace has passed, since the provider may have it).
     """
+    plan = _plan(
+        config,
+        failure,
+        now,
+        unknown_attempts=unknown_attempts,
+        rate_limited_attempts=rate_limited_attempts,
+        retry_after=retry_after,
+        rng=rng,
+    )
+    if expires_at is None or plan.step is not Step.RETRY or plan.at is None:
+        return plan
+    if plan.at < expires_at:
+        return plan
+    if failure is FailureClass.UNKNOWN:
+        at = now + timedelta(seconds=config.webhook_grace)
+        return Plan(
+            Step.VERDICT, FailureClass.EXPIRED, at, plan.unknown_attempts, rate_limited_attempts
+        )
+    return Plan(Step.FAIL, FailureClass.EXPIRED, None, unknown_attempts, plan.rate_limited_attempts)
+
+
+def _plan(
+    config: Config,
+    failure: FailureClass,
+    now: datetime,
+    *,
+    unknown_attempts: int,
+    rate_limited_attempts: int,
+    retry_after: float | None,
+    rng: random.Random | None,
+) -> Plan:
     jitter = (rng or random).uniform(0.0, 0.3)
     if failure is FailureClass.UNKNOWN:
         n = unknown_attempts + 1

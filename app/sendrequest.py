@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 MAX_KEY_LENGTH = 255
 MAX_ID = 2**63 - 1  # PostgreSQL's bigint: every id we store is at most this
@@ -21,6 +22,8 @@ NUL = "\x00"  # PostgreSQL text cannot hold it
 E164_DIGITS = re.compile(r"[1-9][0-9]{6,14}")
 PAGE_SCOPED_ID = re.compile(r"[0-9A-Za-z_-]{1,100}")
 PHONE_PROVIDERS = ("whatsapp", "twilio")
+# How far ahead `send_at` may be, and the longest validity (`app/schedule.py`).
+MAX_AHEAD_SECONDS = 35 * 86400
 
 
 class RequestError(ValueError):
@@ -76,13 +79,51 @@ class SendRequest(BaseModel):
         description="Optional: a label for a send of many (say `black-friday-2026`), shown on "
         "the dashboard, where dead letters, search, cancel and bulk requeue filter by it.",
     )
+    send_at: AwareDatetime | None = Field(
+        default=None,
+        description="Not sent before this time: ISO 8601 with its offset (`Z` or `+02:00`), "
+        "at most 35 days ahead; a time already past means now. Until then the message waits "
+        "`queued` and can be canceled.",
+    )
+    valid_for: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_AHEAD_SECONDS,
+        description="Seconds the message may still be sent, counted from when it is due "
+        "(`send_at`, else now), at most 35 days. Not called by then, it ends `failed` with "
+        "failure class `expired`; never sent late. Give this or `expires_at`, not both.",
+    )
+    expires_at: AwareDatetime | None = Field(
+        default=None,
+        description="Never sent after this time (ISO 8601 with its offset, at most 35 days "
+        "after it is due, and after `send_at`): then `failed` with failure class `expired`.",
+    )
 
-    @field_validator("identity_id", mode="before")
+    @field_validator("identity_id", "valid_for", mode="before")
     @classmethod
     def _no_bool_or_text_ids(cls, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError("must be a whole number")
         return value
+
+    @field_validator("send_at", "expires_at", mode="before")
+    @classmethod
+    def _text_times_only(cls, value: Any) -> Any:
+        # Pydantic would read a bare number as Unix time; the API takes ISO 8601 text.
+        if value is not None and not isinstance(value, str):
+            raise ValueError("must be an ISO 8601 date and time with its offset")
+        return value
+
+    @field_validator("send_at", "expires_at")
+    @classmethod
+    def _in_range(cls, value: datetime | None) -> datetime | None:
+        # Year 1 at +14:00 is before year 1 in UTC: no comparison or fingerprint could use it.
+        if value is None:
+            return None
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("is out of range") from None
 
     @field_validator("text", "idempotency_key", "status_callback", "campaign")
     @classmethod
@@ -198,5 +239,12 @@ def fingerprint(request: SendRequest, recipient: str) -> str:
         material["status_callback"] = request.status_callback
     if request.campaign is not None:
         material["campaign"] = request.campaign
+    # The caller's own times, to the microsecond in UTC: `Z` and `+00:00` are one request.
+    if request.send_at is not None:
+        material["send_at"] = request.send_at.astimezone(UTC).isoformat()
+    if request.valid_for is not None:
+        material["valid_for"] = request.valid_for
+    if request.expires_at is not None:
+        material["expires_at"] = request.expires_at.astimezone(UTC).isoformat()
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -35,7 +35,8 @@ from app.providers.base import (
 )
 from app.repo.claims import Claim
 from app.repo.events import note_worker_event
-from app.repo.sending import release_unsent
+from app.repo.expiry import EXPIRED, expired_error
+from app.repo.sending import finish_attempt, record_failed, release_unsent
 from app.repo.watermarks import stamp_call_start
 from jobs.record import record_outcome
 
@@ -56,6 +57,7 @@ class Prepared:
     recipient: str
     counts: tuple[int, int, bool]
     credentials_version: int = 0  # of the token read for this call
+    expires_at: datetime | None = None  # never called at or after this (`valid_for`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,7 @@ class Called:
     # Our clock just before the request: what a watermark is compared with
     # (`app/repo/watermarks.py`); None when the call never began.
     started_at: datetime | None = None
+    expired: bool = False  # never began: the message's validity ended before its start
 
 
 def call(
@@ -84,13 +87,16 @@ def call(
     monotonic clock (the wall clock can jump). The total deadline then keeps the call
     inside the lease once it starts, and is itself never later than the check's own latest
     end (`latest_end`), so a pause between this check and the call cannot carry the call
-    past the lease: it shortens it."""
+    past the lease: it shortens it. Nor does a call start once the message has expired
+    (`expires_at`, on the drain's clock): it is recorded `expired`, never sent late."""
     now_mono = monotonic()
     held_for = now_mono - prepared.claimed_mono
     if not fits_in_lease(config, prepared.claimed_mono, now_mono):
         return Called(prepared, None, held_for)
-    started = time.monotonic()
     started_at = clock()
+    if prepared.expires_at is not None and started_at >= prepared.expires_at:
+        return Called(prepared, None, held_for, expired=True)
+    started = time.monotonic()
     try:
         result = prepared.provider.send(
             prepared.credentials,
@@ -119,6 +125,8 @@ def record_called(
         identity_id=claim.identity_id,
         lane=prepared.lane,
     ):
+        if called.expired:
+            return record_expired(session, claim, prepared, now), None
         if called.result is None or called.started_at is None:
             outcome, released = stand_down(session, claim, config, called.held_for, now)
             return outcome, (prepared.lane, now) if released else None
@@ -132,7 +140,29 @@ def record_called(
             now,
             prepared.lane,
             credentials_version=prepared.credentials_version,
+            expires_at=prepared.expires_at,
         )
+
+
+def record_expired(session: Session, claim: Claim, prepared: Prepared, now: datetime) -> str:
+    """No call: the message expired between its claim and its call. Fenced on the claim
+    like any outcome; its attempt row finished `expired`."""
+    error = expired_error(prepared.expires_at)
+    finish_attempt(session, claim, now, EXPIRED, error=error, unmarked_only=True)
+    unknown, rate_limited, had_unknown = prepared.counts
+    transition = record_failed(
+        session,
+        claim,
+        now,
+        failure_class=EXPIRED,
+        error=error,
+        unknown_attempts=unknown,
+        rate_limited_attempts=rate_limited,
+        had_unknown=had_unknown,
+    )
+    if not transition.applied:
+        return "expired before the call, not recorded: the lease was taken over"
+    return "failed: expired (before the call)"
 
 
 Recorded = tuple[Called, str, tuple[str, datetime] | None]

@@ -3,17 +3,17 @@ section 7). `drain(identity_id, lane, token)` is an RQ job. While it holds its i
 and lane (a Redis key with its token, renewed as it goes), it repeats a step:
 
 1. Clear the dirty flag; read the identity (paused: stop; unsendable: hold it); record the
-   verdicts owed; count what is due (`app/repo/due.py`).
+   verdicts owed; fail what expired (`app/repo/expiry.py`); count what is due.
 2. Take that many pacing slots (`jobs/pacing.py`), or wait for the next.
 3. Claim them in one fenced update, each the next of its conversation, and prepare them
    (`jobs/send.py`); call and record each on a call thread (`jobs/in_flight.py`,
    `jobs/call.py`, `jobs/record.py`). A reply drain looks again while calls are in flight.
 4. Listen to the provider: a rate limit slows the identity, a pair limit paces a recipient.
 
-It stops when nothing is due (ringing itself for the earliest retry) or its slice ends
-(ringing itself to the back of the queue). It releases its key, then re-checks the dirty
-flag, so nothing committed meanwhile is stranded; a killed drain strands its pair no longer
-than its key's lease, and the sweeper rings whatever is due.
+It stops when nothing is due (ringing itself for the earliest retry or `send_at`) or its
+slice ends (ringing itself to the back of the queue). It releases its key, then re-checks
+the dirty flag, so nothing committed meanwhile is stranded; a killed drain strands its pair
+no longer than its key's lease, and the sweeper rings whatever is due.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from app.db import Database, get_db
 from app.logs import log_context
 from app.repo.claims import claim_batch, lane_paused
 from app.repo.due import count_due, earliest_due, owed_verdicts
+from app.repo.expiry import expire_due
 from app.repo.identities import get_identity
 from app.repo.sending import take_verdict
 from jobs.call import Called, Prepared, call, give_back, record_batch
@@ -211,6 +212,8 @@ class Drain:
                             "failed: exhausted (after the webhook grace)",
                             extra={"outcome": "failed"},
                         )
+            if expired := expire_due(session, self.identity_id, self.lane, now):
+                self.outcomes["failed: expired"] += len(expired)
             want = count_due(
                 session, self.identity_id, self.lane, now, self.config, pairs.blocked, pairs.paced
             )

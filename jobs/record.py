@@ -42,6 +42,7 @@ def record_outcome(
     lane: str,
     *,
     credentials_version: int | None = None,
+    expires_at: datetime | None = None,
 ) -> tuple[str, tuple[str, datetime] | None]:
     unknown_attempts, rate_limited_attempts, had_unknown = counts
     error = result.error.to_dict() if result.error else None
@@ -103,6 +104,7 @@ def record_outcome(
         unknown_attempts=unknown_attempts,
         rate_limited_attempts=rate_limited_attempts,
         retry_after=result.retry_after,
+        expires_at=expires_at,
     )
     had_unknown = had_unknown or not result.outcome_known
     if plan.step in (Step.RETRY, Step.VERDICT):

@@ -167,6 +167,7 @@ def prepare(
             now,
             unknown_attempts=message.unknown_attempts - 1,
             rate_limited_attempts=message.rate_limited_attempts,
+            expires_at=message.expires_at,
         )
         assert plan.at is not None
         verdict = plan.failure_class.value if plan.step is Step.VERDICT else None
@@ -208,6 +209,7 @@ def prepare(
             message.rate_limited_attempts,
             message.had_unknown_outcome,
         ),
+        expires_at=message.expires_at,
         credentials_version=identity.credentials_version,
     )
 

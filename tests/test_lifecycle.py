@@ -29,6 +29,7 @@ def expected_to_apply(source: str, current: str, target: str) -> bool:
             ("queued", "sending"),
             ("sending", "sent"),
             ("sending", "failed"),
+            ("queued", "failed"),  # its validity ended before any claim: `expired`
         }
     if source == "webhook":
         if target == "failed":

@@ -26,6 +26,7 @@ class FailureClass(StrEnum):
     SENDER_BROKEN = "sender_broken"  # the sending identity is unusable: pause it
     EXHAUSTED = "exhausted"  # a retry cap was reached (decided by the worker, never by a provider)
     CANCELED = "canceled"  # a person canceled it while it was queued: never sent
+    EXPIRED = "expired"  # its validity ended before it was called: never sent late
 
     @property
     def is_retryable(self) -> bool:

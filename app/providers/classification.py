@@ -445,10 +445,13 @@ def dead_letter_rank(provider: str, failure_class: FailureClass, code: int | Non
     return len(ACTIONABLE_ORDER)
 
 
-def rank_of(provider: str, failure_class: str | None, code: Any) -> int:
-    """The dead-letter rank stored with a failed message (a value SQL can order by)."""
+def rank_of(provider: str, failure_class: str | None, code: Any) -> int | None:
+    """The dead-letter rank stored with a failed message (a value SQL can order by); None
+    for an expired one: a dead letter of its own class, off the actionable list."""
     try:
         known = FailureClass(failure_class or "")
     except ValueError:
         known = FailureClass.NEEDS_HUMAN
+    if known is FailureClass.EXPIRED:
+        return None
     return dead_letter_rank(provider, known, code if isinstance(code, int) else None)

@@ -41,9 +41,13 @@ def is_waiting() -> Any:
 
 
 def is_due(now: datetime) -> Any:
-    """A message a worker may claim now (identity active is checked separately)."""
+    """A message a worker may claim now (identity active is checked separately): queued
+    and past its `send_at` if it had one, or sending and due again."""
     return or_(
-        Message.status == Status.QUEUED.value,
+        and_(
+            Message.status == Status.QUEUED.value,
+            or_(Message.not_before.is_(None), Message.not_before <= now),
+        ),
         and_(
             Message.status == Status.SENDING.value,
             or_(
@@ -57,19 +61,33 @@ def is_due(now: datetime) -> Any:
     )
 
 
+def unexpired(now: datetime) -> Any:
+    """Still valid: an expired message is never claimed; a drain fails it instead
+    (`app/repo/expiry.py`). Except a lease that lapsed: its call's outcome is unknown (the
+    provider may have it), so it is re-claimed as ever, with no call, and its plan waits
+    the webhook grace before failing it `expired` (`app/retry.py`)."""
+    return or_(
+        Message.expires_at.is_(None),
+        Message.expires_at > now,
+        and_(Message.status == Status.SENDING.value, Message.lease_until.is_not(None)),
+    )
+
+
 def claimable(
     identity_id: int, lane: str, now: datetime, hold: timedelta = HOLD
 ) -> tuple[Any, ...]:
     """A message of this identity and lane a drain may claim now: due, owing no verdict
-    (`take_verdict` records those), next in its conversation (`app/repo/conversations.py`),
-    and using no template Meta paused, disabled or rejected (`app/repo/template_holds.py`).
-    The identity's pause is read apart, under a lock."""
+    (`take_verdict` records those), not expired, next in its conversation
+    (`app/repo/conversations.py`), and using no template Meta paused, disabled or
+    rejected (`app/repo/template_holds.py`). The identity's pause is read apart, under a
+    lock."""
     return (
         Message.identity_id == identity_id,
         Message.lane == lane,
         is_waiting(),
         is_due(now),
         Message.pending_verdict.is_(None),
+        unexpired(now),
         not_template_held(identity_id),
         in_conversation_order(now, hold),
     )
@@ -179,6 +197,7 @@ def claim_message(
             Message.cycle == row.cycle,
             Message.attempt == row.attempt,
             keyed(is_due(now)),
+            unexpired(now),
             # A verdict owed is recorded by `take_verdict`, never sent again.
             Message.pending_verdict.is_(None),
             not_template_held(),
@@ -255,7 +274,7 @@ def claim_batch(
         Message.attempt,
         Message.next_attempt_at,
         Message.lease_until,
-        overtaken_id().label("overtakes"),
+        overtaken_id(now).label("overtakes"),
     )
     rows: list[Any] = []
     if one_each:

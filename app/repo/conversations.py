@@ -10,7 +10,9 @@ that the later one goes, and its claim event names the message it overtook.
 
 Both are SQL on the claim's own rows, so they hold across drains and workers: a claim in
 another transaction that has not committed yet still shows the earlier message `queued`
-to this one, which therefore waits. The reply and campaign lanes are separate conversations
+to this one, which therefore waits. A message scheduled for later (`send_at`) joins its
+conversation only when it comes due: until then it holds nothing back, and messages
+accepted after it go first. The reply and campaign lanes are separate conversations
 by design: a reply may overtake a campaign message to the same person.
 """
 
@@ -33,15 +35,18 @@ HOLD = timedelta(seconds=60)
 OVERTAKEN = "sent before message {}, which was still being retried"
 
 
-def _earlier_unresolved() -> list[Any]:
-    """An earlier message of the claimed row's conversation, not yet resolved: read through
-    `ix_messages_conversation` (partial on the waiting rows, so it follows the backlog)."""
+def _earlier_unresolved(now: datetime) -> list[Any]:
+    """An earlier message of the claimed row's conversation, not yet resolved and not
+    waiting for its `send_at`: read through `ix_messages_conversation` (partial on the
+    waiting rows, so it follows the backlog)."""
     return [
         _earlier.identity_id == Message.identity_id,
         _earlier.lane == Message.lane,
         _earlier.recipient == Message.recipient,
         _earlier.status.in_([Status.QUEUED.value, Status.SENDING.value]),
         _earlier.id < Message.id,
+        # Scheduled and not yet due: it is not in the conversation until then.
+        or_(_earlier.not_before.is_(None), _earlier.not_before <= now),
     ]
 
 
@@ -59,19 +64,19 @@ def in_conversation_order(now: datetime, hold: timedelta) -> Any:
     # `plan_without_sorts`): with statistics taken before a backlog, every partial index of
     # the waiting rows looks empty, and PostgreSQL read the whole of another one for each
     # row it claimed (`tests/repo/test_claim_plan.py`).
-    return _latest(holding).is_(None)
+    return _latest(now, holding).is_(None)
 
 
-def overtaken_id() -> Any:
+def overtaken_id(now: datetime) -> Any:
     """A column for the claim's read: the latest earlier message of the row's conversation
     still unresolved (it is past its hold, or the row would not be claimable), or NULL."""
-    return _latest()
+    return _latest(now)
 
 
-def _latest(*also: Any) -> Any:
+def _latest(now: datetime, *also: Any) -> Any:
     return (
         select(_earlier.id)
-        .where(*_earlier_unresolved(), *also)
+        .where(*_earlier_unresolved(now), *also)
         .order_by(_earlier.id.desc())
         .limit(1)
         .scalar_subquery()

@@ -73,8 +73,8 @@ def owed_verdicts(session: Session, identity_id: int, lane: str, now: datetime) 
 
 
 def earliest_due(session: Session, identity_id: int, lane: str, now: datetime) -> datetime | None:
-    """When this identity and lane next has something due: a retry, a verdict, or a lease
-    that will expire (None: nothing is waiting)."""
+    """When this identity and lane next has something due: a retry, a verdict, a lease
+    that will expire, or a scheduled message's `send_at` (None: nothing is waiting)."""
     # Each the first row in an order one index gives, `ix_messages_due` and
     # `ix_messages_leases` (see `plan_without_sorts`); `min()` let PostgreSQL read the
     # whole waiting set through another index when the statistics predate the backlog.
@@ -93,6 +93,22 @@ def earliest_due(session: Session, identity_id: int, lane: str, now: datetime) -
         )
         for column in (Message.next_attempt_at, Message.lease_until)
     ]
+    # Through `ix_messages_scheduled`: the drain rings itself for it, and the sweeper
+    # rings it too once due (`due_drains`), after a Redis flush as well.
+    waiting.append(
+        session.scalar(
+            select(Message.not_before)
+            .where(
+                Message.identity_id == identity_id,
+                Message.lane == lane,
+                Message.status == Status.QUEUED.value,
+                Message.not_before.is_not(None),
+                Message.not_before > now,
+            )
+            .order_by(Message.not_before)
+            .limit(1)
+        )
+    )
     times = [t for t in waiting if t is not None]
     return min(times) if times else None
 

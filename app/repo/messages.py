@@ -338,6 +338,8 @@ class NewMessage:
     idempotency_key: str | None = None
     tag: str | None = None  # Messenger / Instagram message tag (HUMAN_AGENT)
     campaign: str | None = None
+    not_before: datetime | None = None  # a `send_at` still ahead (`app/schedule.py`)
+    expires_at: datetime | None = None
 
 
 def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Message, bool]:
@@ -359,6 +361,8 @@ def create_message(session: Session, new: NewMessage, now: datetime) -> tuple[Me
         "tag": new.tag,
         "idempotency_key": new.idempotency_key,
         "fingerprint": new.fingerprint,
+        "not_before": new.not_before,
+        "expires_at": new.expires_at,
         "status": Status.QUEUED.value,
         "cycle": 1,
         "provider_key_cycle": 1,
@@ -466,7 +470,7 @@ def requeue_message(
     # still carries the key of the cycle before it.
     keep_key = message.had_unknown_outcome or message.attempt == 0
     key_cycle = message.provider_key_cycle if keep_key else new_cycle
-    cleared = {name: None for name in TIMESTAMP_FIELD.values()}
+    cleared = {name: None for name in (*TIMESTAMP_FIELD.values(), "not_before", "expires_at")}
     result = apply_status(
         session,
         message_id,

@@ -71,9 +71,13 @@ class LaneRow:
 
 
 def due_since(now: datetime) -> ColumnElement[datetime]:
-    """When a due message became due: queued, its retry time, or its lease's end."""
+    """When a due message became due: queued (or its `send_at`, if later), its retry
+    time, or its lease's end."""
     return case(
-        (Message.status == Status.QUEUED.value, Message.queued_at),
+        (
+            Message.status == Status.QUEUED.value,
+            func.coalesce(Message.not_before, Message.queued_at),
+        ),
         (
             and_(Message.next_attempt_at.is_not(None), Message.next_attempt_at <= now),
             Message.next_attempt_at,
@@ -230,6 +234,8 @@ def stuck_messages(
             Message.identity_id.in_(list(identities)),
             Message.status.in_([Status.QUEUED.value, Status.SENDING.value]),
             Message.queued_at < now - stuck_after,
+            # A scheduled message waits for its time: stuck only that long after it.
+            or_(Message.not_before.is_(None), Message.not_before < now - stuck_after),
         )
         .order_by(Message.queued_at, Message.id)
         .limit(limit)

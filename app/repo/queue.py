@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
 from app.models import Identity, Message
+from app.providers.base import FailureClass
 from app.repo.claims import is_due
 
 
@@ -61,14 +62,14 @@ def dead_letters(
 
     Order: exhausted, template problems, window closed, unknown codes, then the rest;
     newest first within each. Messages held by a paused identity are not here: they wait.
+    Expired ones have no rank (off this list by default) and are listed by their class.
     """
     # The rank is stored with the failure, so SQL orders (and a LIMIT cuts) actionable
     # first: sorting after the LIMIT would drop older exhausted letters behind newer ones.
     query = (
         select(Message, Identity.provider)
         .join(Identity, Identity.id == Message.identity_id)
-        # Dismissed and canceled ones have no rank: they are off the actionable list.
-        .where(Message.status == Status.FAILED.value, Message.dead_letter_rank.is_not(None))
+        .where(Message.status == Status.FAILED.value)
         .order_by(
             Message.dead_letter_rank.asc().nulls_last(),
             Message.failed_at.desc(),
@@ -78,6 +79,9 @@ def dead_letters(
     )
     if failure_class is not None:
         query = query.where(Message.failure_class == failure_class)
+    if failure_class != FailureClass.EXPIRED.value:
+        # Dismissed, canceled and expired ones have no rank: off the actionable list.
+        query = query.where(Message.dead_letter_rank.is_not(None))
     if tenant_id is not None:
         query = query.where(Message.tenant_id == tenant_id)
     letters = []

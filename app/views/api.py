@@ -21,6 +21,7 @@ from app.repo.identities import get_identity
 from app.repo.listing import get_tenant_message
 from app.repo.messages import NewMessage, create_message, mark_unrung
 from app.repo.windows import is_window_open
+from app.schedule import schedule
 from app.sendrequest import (
     MAX_ID,
     RequestError,
@@ -86,6 +87,8 @@ def message_json(message: Message) -> dict[str, Any]:
         "timestamps": timestamps,
         "created_at": _iso(message.created_at),
         "content_purged_at": _iso(message.content_purged_at),
+        "send_at": _iso(message.not_before),
+        "expires_at": _iso(message.expires_at),
     }
 
 
@@ -117,6 +120,10 @@ def create() -> ResponseReturnValue:
         return json_error(400, str(exc), field=exc.field)
 
     now = utcnow()
+    try:
+        when = schedule(send, now)
+    except RequestError as exc:
+        return json_error(400, str(exc), field=exc.field)
     db = get_db()
     with db.transaction() as session:
         # An id past the database's range names no row (and cannot be sent as a bigint).
@@ -164,6 +171,8 @@ def create() -> ResponseReturnValue:
                 idempotency_key=send.idempotency_key,
                 tag=send.tag,
                 campaign=send.campaign,
+                not_before=when.not_before,
+                expires_at=when.expires_at,
             ),
             now,
         )

@@ -121,4 +121,15 @@ def document() -> dict[str, Any]:
         "description": "when retention emptied the text, the template's parameters and the "
         "provider's raw answers (null: kept); the state, times, codes and ids stay",
     }
+    schemas["Message"]["properties"]["send_at"] = {
+        "type": ["string", "null"],
+        "format": "date-time",
+        "description": "not sent before this time (null: as soon as possible)",
+    }
+    schemas["Message"]["properties"]["expires_at"] = {
+        "type": ["string", "null"],
+        "format": "date-time",
+        "description": "never sent after this time: not called by then, it ends `failed` "
+        "with failure class `expired` (null: no limit)",
+    }
     return document
