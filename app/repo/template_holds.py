@@ -17,8 +17,9 @@ from typing import Any
 from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session, aliased
 
-from app.lifecycle import Status
+from app.lifecycle import Source, Status
 from app.models import Identity, Message, ProviderEvent, TemplateHold
+from app.repo.events import append_event
 from app.repo.sql import rows_changed
 
 
@@ -213,3 +214,44 @@ def active_holds(session: Session, accounts: list[str]) -> list[TemplateHold]:
             .order_by(TemplateHold.id)
         )
     )
+
+
+def note_if_held(session: Session, message: Message, now: datetime) -> TemplateHold | None:
+    """A new message whose template is held on its identity's business account gets a
+    `template_held` timeline event at once (a rejected template's never ends otherwise:
+    its timeline says why it waits); the hold, or None."""
+    template = message.template or {}
+    name, language = template.get("name"), template.get("language")
+    if not isinstance(name, str) or not isinstance(language, str):
+        return None
+    hold = session.scalars(
+        select(TemplateHold).where(
+            TemplateHold.business_account_id
+            == select(Identity.business_account_id)
+            .where(Identity.id == message.identity_id)
+            .scalar_subquery(),
+            TemplateHold.template_name == name,
+            TemplateHold.template_language == language,
+            TemplateHold.released_at.is_(None),
+        )
+    ).first()
+    if hold is None:
+        return None
+    append_event(
+        session,
+        message_id=message.id,
+        cycle=message.cycle,
+        source=Source.WEBHOOK.value,
+        kind="template_held",
+        received_at=now,
+        applied=False,
+        detail={
+            "provider_event_id": hold.event_id,
+            "event": hold.state,
+            "template": name,
+            "language": language,
+            "reason": hold.reason,
+        },
+        dedupe_key=f"template_held:{message.id}:{message.cycle}:{hold.event_id}",
+    )
+    return hold

@@ -275,3 +275,22 @@ def test_rejected_fails_a_message_waiting_for_its_retry_and_keeps_a_leased_one(
     failed = row(db, waiting)
     assert failed.status == "failed" and failed.failure_class == "needs_human"
     assert row(db, leased).status == "sending"
+
+
+def test_a_message_sent_while_its_template_is_rejected_says_why_it_waits(
+    app: Flask, db: Database, tenants: Tenants
+) -> None:
+    post(app, account_body("template_status_rejected"), VICTIM)
+    response = app.test_client().post(
+        "/v1/messages",
+        json={
+            "identity_id": tenants.acme.identity_id,
+            "to": "+15557654321",
+            "template": {"name": "order_update", "language": "en_US"},
+        },
+        headers={"Authorization": f"Bearer {tenants.acme.api_key}"},
+    )
+    assert response.status_code in (200, 201, 202), response.get_json()
+    message_id = response.get_json()["id"]
+    assert claimable_ids(db, tenants.acme) == []
+    assert kinds(db, message_id)[-1] == "template_held"
