@@ -29,6 +29,7 @@ from app.repo.template_holds import (
     lock_template,
     newer_event_applied,
     release_template,
+    shared_with_another_tenant,
     waiting_with_template,
 )
 
@@ -62,6 +63,11 @@ def act_on_template(
     if newer_event_applied(session, event.id, TEMPLATE_STATUS, change.provider_time or now):
         return OLDER
     label = f"template {name} ({language})"
+    if shared_with_another_tenant(session, account, identity_ids):
+        return (
+            f"{label} {str(change.event).lower()}: nothing done: business account {account} is "
+            "also named by another tenant's identity (give each its own)"
+        )
     waiting = waiting_with_template(session, account, name, language, identity_ids)
     if change.event in RELEASING:
         if not release_template(session, account, name, language, now):

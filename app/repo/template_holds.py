@@ -255,3 +255,18 @@ def note_if_held(session: Session, message: Message, now: datetime) -> TemplateH
         dedupe_key=f"template_held:{message.id}:{message.cycle}:{hold.event_id}",
     )
     return hold
+
+
+def shared_with_another_tenant(
+    session: Session, account: str, identity_ids: Collection[int]
+) -> bool:
+    """Whether an identity of a tenant none of `identity_ids` belongs to names this business
+    account too (stored before an account was tied to one tenant): a hold on the account
+    would stop that tenant's messages on another's word."""
+    tenants = select(Identity.tenant_id).where(Identity.id.in_(sorted(identity_ids)))
+    other = session.scalar(
+        select(Identity.id)
+        .where(Identity.business_account_id == account, Identity.tenant_id.not_in(tenants))
+        .limit(1)
+    )
+    return other is not None

@@ -176,6 +176,7 @@ def test_an_event_acts_only_for_identities_whose_own_secret_verified_it(
     assert identity(db, tenants.other.identity_id).paused_by == "meta"  # its own, verified
     assert row(db, victims).status == "queued"
     assert "template_held" not in kinds(db, victims)
+    assert claimable_ids(db, tenants.acme) == [victims]  # no hold on the shared account
 
 
 def test_an_identity_is_shown_only_the_events_its_own_secret_verified(
