@@ -2,7 +2,8 @@
 template and number-quality webhooks (`app/providers/whatsapp_account.py`).
 
 1. The identities of the named business accounts, in one query. Known: the delivery must
-   verify with one of their app secrets (different apps may subscribe to one account).
+   verify with one of their app secrets (different apps may subscribe to one account), and
+   is acted on only for those whose own secret verifies it.
    Unknown: it is checked against every WhatsApp app secret Ratchet holds, and kept
    (unmatched) when one verifies, since Meta signed it and would resend it for days if
    refused; otherwise it is refused with the very answer an unknown number gets.
@@ -56,7 +57,8 @@ def receive_account_delivery(
     with db.autocommit() as connection:  # one read
         known = identities_of_accounts(connection, accounts)
         candidates = known or whatsapp_secret_holders(connection)
-    signers = signed_by(provider, raw, headers, candidates)
+    # An unknown account's delivery needs one verifying secret, not every one.
+    signers = signed_by(provider, raw, headers, candidates, every=bool(known))
     if not signers:
         return refused(provider, known=bool(known))
     if not known:
@@ -86,11 +88,17 @@ def receive_account_delivery(
 
 
 def signed_by(
-    provider: Provider, raw: bytes, headers: dict[str, str], candidates: list[RoutedIdentity]
+    provider: Provider,
+    raw: bytes,
+    headers: dict[str, str],
+    candidates: list[RoutedIdentity],
+    *,
+    every: bool = True,
 ) -> list[RoutedIdentity]:
-    """The identities whose app secret verifies the delivery. Each distinct secret (by its
-    decrypted value) is tried once (one HMAC of the body each): identities of one Meta app
-    share it, so an unsigned body naming an unknown account costs one HMAC per app."""
+    """The identities whose app secret verifies the delivery (the first only, unless
+    `every`). Each distinct secret (by its decrypted value) is tried once (one HMAC of the
+    body each): identities of one Meta app share it, so an unsigned body naming an unknown
+    account costs one HMAC per app."""
     box = get_box()
     verdicts: dict[str, bool] = {}
     signers = []
@@ -103,6 +111,8 @@ def signed_by(
             verdicts[secret] = provider.verify_signature(raw, headers, secret)
         if verdicts[secret]:
             signers.append(identity)
+            if not every:
+                break
     return signers
 
 
