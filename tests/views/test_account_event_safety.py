@@ -295,3 +295,13 @@ def test_a_message_sent_while_its_template_is_rejected_says_why_it_waits(
     message_id = response.get_json()["id"]
     assert claimable_ids(db, tenants.acme) == []
     assert kinds(db, message_id)[-1] == "template_held"
+
+
+def test_the_cli_refuses_another_tenants_business_account(
+    app: Flask, db: Database, tenants: Tenants
+) -> None:
+    update = ["identity", "update", str(tenants.other.identity_id)]
+    result = app.test_cli_runner().invoke(args=[*update, "--business-account", BUSINESS_ACCOUNT_ID])
+    assert result.exit_code != 0
+    assert "belongs to another tenant's identity; nothing was changed" in result.output
+    assert identity(db, tenants.other.identity_id).business_account_id is None
