@@ -1,18 +1,26 @@
 """What Ratchet does with Meta's account-level WhatsApp events (kept by the webhook view in
 `provider_events`), in the delivery's transaction. Each event's `action` says what was done.
 
-    message_template_status_update
+    message_template_status_update (`app/meta_templates.py`; one older than the template's
+    newest applied event does nothing)
         PAUSED, DISABLED          the template is held on its business account: waiting
                                   messages that use it (name and language) are not claimed
                                   (a send would fail 132015 / 132016); each gets a timeline
                                   event
-        REJECTED                  held too, and its queued messages end `failed`
-                                  (`needs_human`) with Meta's reason: nothing will approve
-                                  that version
+        REJECTED                  held too, and its waiting messages no worker holds end
+                                  `failed` (`needs_human`) with Meta's reason: nothing will
+                                  approve that version
         APPROVED, REINSTATED      the hold is released: its messages are due again
     account_update
-        ACCOUNT_RESTRICTION       the account's identities are paused with Meta's words
-        DISABLED_UPDATE (DISABLE) the same; lifted (REINSTATE), the operator resumes them
+        ACCOUNT_RESTRICTION       customer-initiated messaging restricted: the identities
+                                  are paused with Meta's words; business-initiated only:
+                                  their campaign lane is paused; anything else (adding a
+                                  number, an unknown kind): kept and logged, no pause
+        DISABLED_UPDATE (DISABLE) the identities are paused; lifted (REINSTATE), the
+                                  operator resumes them
+
+Only the identities whose own app secret verified the delivery (`verified`) are acted on:
+naming a business account gives no identity power over another's messages.
     phone_number_quality_update, message_template_quality_update
                                   shown on the identities page (the newest change)
     anything else               kept and acknowledged; nothing to do
@@ -23,52 +31,48 @@ read what this leaves behind, so they fire and clear with it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from app.lifecycle import Source, Status
+from app.meta_templates import HOLDING, RELEASING, TEMPLATE_STATUS, Acted, act_on_template
 from app.models import Identity
-from app.providers.base import FailureClass
 from app.providers.whatsapp_account import AccountChange
-from app.repo.events import append_event
 from app.repo.identities import pause_identity
-from app.repo.messages import apply_status
 from app.repo.provider_events import KeptEvent, note_action
-from app.repo.template_holds import (
-    Waiting,
-    hold_template,
-    release_template,
-    waiting_with_template,
-)
+from app.repo.sql import rows_changed
 
-TEMPLATE_STATUS = "message_template_status_update"
-HOLDING = frozenset({"PAUSED", "DISABLED", "REJECTED"})
-RELEASING = frozenset({"APPROVED", "REINSTATED"})
+log = logging.getLogger(__name__)
+
 # Meta's ban states that stop the account sending (a `DISABLED_UPDATE`'s `ban_info`).
 BANNED = frozenset({"DISABLE"})
 QUALITY_FIELDS = frozenset({"phone_number_quality_update", "message_template_quality_update"})
+# An ACCOUNT_RESTRICTION's `restriction_type`s (PROVIDERS.md 1.7) and what they stop.
+WHOLE = "whole"  # every message: customer-initiated messaging (replies) is restricted
+CAMPAIGN = "campaign"  # business-initiated messaging only: the campaign lane
+RESTRICTS = {
+    "RESTRICTED_CUSTOMER_INITIATED_MESSAGING": WHOLE,
+    "RESTRICTED_BIZ_INITIATED_MESSAGING": CAMPAIGN,
+}
+
+__all__ = ["Acted", "account_words", "act_on_events"]
 
 
-@dataclass(slots=True)
-class Acted:
-    """What the caller does after the commit: ring the drains of released identities."""
-
-    ring: set[tuple[int, str]] = field(default_factory=set)  # (identity id, lane)
-    actions: dict[int, str] = field(default_factory=dict)
-
-
-def act_on_events(session: Session, kept: list[KeptEvent], now: datetime) -> Acted:
+def act_on_events(
+    session: Session, kept: list[KeptEvent], now: datetime, verified: Collection[int]
+) -> Acted:
+    """Act on each kept event for the `verified` identities of its business account."""
     acted = Acted()
     for event in kept:
-        identities = _identities(session, event.change.business_account_id)
+        identities = _identities(session, event.change.business_account_id, verified)
         if not identities:
             action = (
-                f"kept: no identity of Ratchet's has business account "
-                f"{event.change.business_account_id}"
+                f"kept: no identity of Ratchet's whose app secret verified it has business "
+                f"account {event.change.business_account_id}"
             )
         else:
             action = _act(session, event, identities, now, acted)
@@ -77,11 +81,17 @@ def act_on_events(session: Session, kept: list[KeptEvent], now: datetime) -> Act
     return acted
 
 
-def _identities(session: Session, account: str) -> list[Identity]:
+def _identities(session: Session, account: str, verified: Collection[int]) -> list[Identity]:
+    if not verified or "\x00" in account:
+        return []
     return list(
         session.scalars(
             select(Identity)
-            .where(Identity.provider == "whatsapp", Identity.business_account_id == account)
+            .where(
+                Identity.provider == "whatsapp",
+                Identity.business_account_id == account,
+                Identity.id.in_(sorted(verified)),
+            )
             .order_by(Identity.id)
         )
     )
@@ -92,107 +102,35 @@ def _act(
 ) -> str:
     change = event.change
     if change.field == TEMPLATE_STATUS and change.event in HOLDING | RELEASING:
-        return _template(session, event, now, acted)
+        ids = [identity.id for identity in identities]
+        return act_on_template(session, event, ids, now, acted)
     if change.field == "account_update":
         words = account_words(change)
         if words is not None:
-            return _pause(session, identities, words, now)
+            words = words.replace("\x00", "\ufffd")[:1000]  # Meta's words, as stored
+            return _pause(session, identities, words, restricted(change), now)
     if change.field in QUALITY_FIELDS:
         return "shown on the identities page"
     return "kept; nothing for Ratchet to do"
 
 
-def _template(session: Session, event: KeptEvent, now: datetime, acted: Acted) -> str:
-    change = event.change
-    name, language = change.template_name, change.template_language
-    if not name or not language:
-        return "kept: the event names no template name and language"
-    account = change.business_account_id
-    label = f"template {name} ({language})"
-    waiting = waiting_with_template(session, account, name, language)
-    if change.event in RELEASING:
-        if not release_template(session, account, name, language, now):
-            return f"{label} {change.event.lower()}: it was not held"
-        for item in waiting:
-            _note(session, item, "template_released", event, now)
-            acted.ring.add((item.identity_id, item.lane))
-        return f"{label} {change.event.lower()}: {len(waiting)} waiting messages due again"
-    reason = change.reason
-    hold_template(
-        session,
-        account,
-        name,
-        language,
-        state=str(change.event),
-        reason=reason,
-        event_id=event.id,
-        now=now,
-    )
-    failed = 0
-    for item in waiting:
-        _note(session, item, "template_held", event, now)
-        if change.event == "REJECTED" and item.status == Status.QUEUED.value:
-            failed += _fail_rejected(session, item, label, reason, now)
-    held = len(waiting) - failed
-    words = f"{label} {str(change.event).lower()}"
-    if reason:
-        words += f" ({reason})"
-    if change.event == "REJECTED":
-        return f"{words}: {failed} queued messages failed, {held} others held"
-    return f"{words}: {held} waiting messages held until Meta approves it again"
+def restricted(change: AccountChange) -> str | None:
+    """What an account event stops: WHOLE, CAMPAIGN, or None (nothing Ratchet sends)."""
+    if change.event == "DISABLED_UPDATE":
+        return WHOLE
+    kinds = {RESTRICTS.get(kind) for kind in _restriction_kinds(change)}
+    if WHOLE in kinds:
+        return WHOLE
+    return CAMPAIGN if CAMPAIGN in kinds else None
 
 
-def _note(session: Session, item: Waiting, kind: str, event: KeptEvent, now: datetime) -> None:
-    change = event.change
-    append_event(
-        session,
-        message_id=item.message_id,
-        cycle=item.cycle,
-        source=Source.WEBHOOK.value,
-        kind=kind,
-        received_at=now,
-        applied=False,
-        provider_time=change.provider_time,
-        detail={
-            "provider_event_id": event.id,
-            "event": change.event,
-            "template": change.template_name,
-            "language": change.template_language,
-            "reason": change.reason,
-        },
-        dedupe_key=f"{kind}:{item.message_id}:{item.cycle}:{event.id}",
-    )
-
-
-def _fail_rejected(
-    session: Session, item: Waiting, label: str, reason: str | None, now: datetime
-) -> int:
-    """A queued message of a rejected template ends `failed` (`needs_human`), as a cancel
-    does (queued only: a claimed one may be in flight, and stays held)."""
-    result = apply_status(
-        session,
-        item.message_id,
-        Status.FAILED,
-        Source.OPERATOR,
-        now,
-        cycle=item.cycle,
-        kind="template_rejected",
-        actor="meta",
-        detail={"reason": reason},
-        extra_values={
-            "failure_class": FailureClass.NEEDS_HUMAN.value,
-            "dead_letter_rank": 0,  # a person acts on it: a new template, or a fixed one
-            "next_attempt_at": None,
-            "lease_until": None,
-            "last_error": {
-                "provider": "whatsapp",
-                "code": None,
-                "title": f"Meta rejected {label}",
-                "message": reason or "rejected, no reason given",
-            },
-        },
-    )
-    return 1 if result.applied else 0
+def _restriction_kinds(change: AccountChange) -> list[str]:
+    value: dict[str, Any] = change.value
+    return [
+        str(item.get("restriction_type"))
+        for item in value.get("restriction_info") or []
+        if isinstance(item, dict)
+    ]
 
 
 def account_words(change: AccountChange) -> str | None:
@@ -200,11 +138,7 @@ def account_words(change: AccountChange) -> str | None:
     other (a violation warning, a verification, a partner change, a reinstatement)."""
     value: dict[str, Any] = change.value
     if change.event == "ACCOUNT_RESTRICTION":
-        kinds = [
-            str(item.get("restriction_type"))
-            for item in value.get("restriction_info") or []
-            if isinstance(item, dict)
-        ]
+        kinds = _restriction_kinds(change)
         return "Meta restricted the account: " + (", ".join(kinds) or "no restriction named")
     if change.event == "DISABLED_UPDATE":
         ban = value.get("ban_info")
@@ -216,7 +150,22 @@ def account_words(change: AccountChange) -> str | None:
     return None
 
 
-def _pause(session: Session, identities: list[Identity], words: str, now: datetime) -> str:
+def _pause(
+    session: Session, identities: list[Identity], words: str, scope: str | None, now: datetime
+) -> str:
+    ids = ", ".join(str(identity.id) for identity in identities)
+    if scope is None:
+        log.warning("whatsapp account event for identities %s, no pause: %s", ids, words)
+        return f"{words}: nothing Ratchet sends is restricted; kept, no identity paused"
+    if scope == CAMPAIGN:
+        paused = [
+            identity.id
+            for identity in identities
+            if _pause_campaign(session, identity.id, words, now)
+        ]
+        if not paused:
+            return f"{words}: the campaign lanes were paused already"
+        return f"{words}: the campaign lane of identities {', '.join(map(str, paused))} paused"
     paused = [
         identity.id
         for identity in identities
@@ -226,3 +175,13 @@ def _pause(session: Session, identities: list[Identity], words: str, now: dateti
         return f"{words}: its identities were paused already"
     which = "identity" if len(paused) == 1 else "identities"
     return f"{words}: {which} {', '.join(map(str, paused))} paused"
+
+
+def _pause_campaign(session: Session, identity_id: int, words: str, now: datetime) -> bool:
+    changed = rows_changed(
+        session,
+        update(Identity)
+        .where(Identity.id == identity_id, Identity.campaign_paused_at.is_(None))
+        .values(campaign_paused_at=now, campaign_paused_reason=words, campaign_paused_by="meta"),
+    )
+    return changed == 1

@@ -64,7 +64,7 @@ def create_identity(
         app_secret_encrypted=box.encrypt(app_secret) if app_secret else None,
         verify_token_hash=sha256_hex(verify_token) if verify_token else None,
         sender=sender,
-        business_account_id=checked_business_account(business_account_id),
+        business_account_id=free_business_account(session, business_account_id, tenant_id),
         created_at=now,
         token_set_at=now,
         app_secret_set_at=now if app_secret else None,
@@ -101,6 +101,24 @@ def checked_business_account(value: str | None) -> str | None:
             "WhatsApp Manager shows it)"
         )
     return value
+
+
+def free_business_account(session: Session, value: str | None, tenant_id: int) -> str | None:
+    """A business account id no identity of another tenant holds: Meta's events for it are
+    acted on for its identities, so one tenant may not name another's."""
+    account = checked_business_account(value)
+    if account is None:
+        return None
+    other = session.scalar(
+        select(Identity.id)
+        .where(Identity.business_account_id == account, Identity.tenant_id != tenant_id)
+        .limit(1)
+    )
+    if other is not None:
+        raise BusinessAccountError(
+            f"business account {account} belongs to another tenant's identity"
+        )
+    return account
 
 
 class BaseUrlError(ValueError):
@@ -254,7 +272,11 @@ def update_identity(
     if verify_token is not None:
         values["verify_token_hash"] = sha256_hex(verify_token)
     if business_account_id is not None:
-        values["business_account_id"] = checked_business_account(business_account_id)
+        current = get_identity(session, identity_id)
+        assert current is not None
+        values["business_account_id"] = free_business_account(
+            session, business_account_id, current.tenant_id
+        )
     for name, value in (
         ("reply_rate", reply_rate),
         ("campaign_rate", campaign_rate),

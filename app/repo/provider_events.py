@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Table, exists, select, update
+from sqlalchemy.orm import Session, aliased
 
 from app.models import Identity, ProviderEvent, WebhookDelivery
 from app.providers.whatsapp_account import AccountChange
@@ -80,7 +80,9 @@ def whatsapp_secret_holders(session: Session | Connection) -> list[RoutedIdentit
 
 def learn_business_accounts(session: Session, learned: dict[int, str]) -> list[int]:
     """Store each identity's business account where none is known yet (a given one is
-    never overwritten by a delivery); the identities that learned one."""
+    never overwritten by a delivery) and no identity of another tenant holds it (one
+    tenant's number never joins another's account); the identities that learned one."""
+    other = aliased(Identity)
     done = []
     for identity_id, account in sorted(learned.items()):
         if not _fits(account):
@@ -88,12 +90,28 @@ def learn_business_accounts(session: Session, learned: dict[int, str]) -> list[i
         changed = rows_changed(
             session,
             update(Identity)
-            .where(Identity.id == identity_id, Identity.business_account_id.is_(None))
+            .where(
+                Identity.id == identity_id,
+                Identity.business_account_id.is_(None),
+                ~exists(
+                    select(other.id).where(
+                        other.business_account_id == account,
+                        other.tenant_id != Identity.tenant_id,
+                    )
+                ),
+            )
             .values(business_account_id=account),
         )
         if changed == 1:
             done.append(identity_id)
     return done
+
+
+def _storable(value: str | None, width: int) -> Any:
+    """What of a signed event's value its column can hold: a NUL (PostgreSQL text cannot
+    hold one) becomes U+FFFD, and the value is cut to the column's width. The verbatim
+    value stays in the event's `value` and the delivery's body."""
+    return value.replace("\x00", "\ufffd")[:width] if value else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,13 +132,11 @@ def keep_events(
             {
                 "delivery_id": delivery_id,
                 "provider": "whatsapp",
-                "business_account_id": change.business_account_id[:ACCOUNT_ID_LENGTH],
-                "field": change.field[:100],
-                "event": change.event[:100] if change.event else None,
-                "template_name": change.template_name[:512] if change.template_name else None,
-                "template_language": (
-                    change.template_language[:20] if change.template_language else None
-                ),
+                "business_account_id": _storable(change.business_account_id, ACCOUNT_ID_LENGTH),
+                "field": _storable(change.field, 100),
+                "event": _storable(change.event, 100),
+                "template_name": _storable(change.template_name, 512),
+                "template_language": _storable(change.template_language, 20),
                 "provider_time": change.provider_time,
                 "received_at": now,
                 "value": change.value,
@@ -135,6 +151,7 @@ def keep_events(
 
 
 def note_action(session: Session, event_id: int, action: str) -> None:
+    action = action.replace("\x00", "\ufffd")  # it may quote a signed value
     session.execute(update(ProviderEvent).where(ProviderEvent.id == event_id).values(action=action))
 
 
@@ -151,6 +168,7 @@ class EventRow:
     action: str | None
     delivery_id: int
     body: str
+    headers: dict[str, Any]
 
 
 PAGE_SIZE = 50
@@ -161,7 +179,7 @@ def events_of_account(
 ) -> list[EventRow]:
     """The account's events, newest first, each with its delivery's verbatim body."""
     query = (
-        select(ProviderEvent, WebhookDelivery.body)
+        select(ProviderEvent, WebhookDelivery.body, WebhookDelivery.headers)
         .join(WebhookDelivery, WebhookDelivery.id == ProviderEvent.delivery_id)
         .where(ProviderEvent.business_account_id == account)
         .order_by(ProviderEvent.id.desc())
@@ -182,8 +200,9 @@ def events_of_account(
             event.action,
             event.delivery_id,
             body,
+            headers or {},
         )
-        for event, body in session.execute(query)
+        for event, body, headers in session.execute(query)
     ]
 
 

@@ -9,15 +9,17 @@ already claimed (in flight) is not stopped; its answer decides it as ever.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import exists, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import exists, func, select, update
+from sqlalchemy.orm import Session, aliased
 
-from app.lifecycle import Status
-from app.models import Identity, Message, TemplateHold
+from app.lifecycle import Source, Status
+from app.models import Identity, Message, ProviderEvent, TemplateHold
+from app.repo.events import append_event
 from app.repo.sql import rows_changed
 
 
@@ -127,25 +129,75 @@ class Waiting:
     status: str
     identity_id: int
     lane: str
+    attempt: int
+    leased: bool  # claimed by a worker now (its lease has not run out): maybe in flight
 
 
 def waiting_with_template(
-    session: Session, account: str, name: str, language: str
+    session: Session, account: str, name: str, language: str, identity_ids: Collection[int]
 ) -> list[Waiting]:
-    """The waiting messages (queued, or sending and not yet sent) of the account's
-    identities that use this template, oldest first."""
+    """The waiting messages (queued, or sending and not yet sent) of these identities of
+    the account that use this template, oldest first; their rows locked, so a worker
+    cannot claim one while the event acts on it."""
+    if not identity_ids:
+        return []
+    now = func.now()
     rows = session.execute(
-        select(Message.id, Message.cycle, Message.status, Message.identity_id, Message.lane)
+        select(
+            Message.id,
+            Message.cycle,
+            Message.status,
+            Message.identity_id,
+            Message.lane,
+            Message.attempt,
+            (Message.status == Status.SENDING.value)
+            & Message.lease_until.is_not(None)
+            & (Message.lease_until > now),
+        )
         .join(Identity, Identity.id == Message.identity_id)
         .where(
             Identity.business_account_id == account,
+            Message.identity_id.in_(sorted(identity_ids)),
             Message.status.in_([Status.QUEUED.value, Status.SENDING.value]),
             _name() == name,
             _language() == language,
         )
         .order_by(Message.id)
+        .with_for_update(of=Message)
     )
     return [Waiting(*row) for row in rows]
+
+
+def lock_template(session: Session, account: str, name: str, language: str) -> None:
+    """Take the template's lock until the transaction ends (PostgreSQL's advisory lock on
+    the three values): its events are applied one at a time."""
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    key = f"template:{account}:{name}:{language}"
+    session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+
+
+def newer_event_applied(session: Session, event_id: int, field: str, when: datetime) -> bool:
+    """Whether another event of this template (`event_id`'s account, name and language;
+    taken under `lock_template`) newer than `when` was applied already: `when` is the
+    event's `entry.time`, else the time it came, and so is theirs."""
+    this = aliased(ProviderEvent)
+    newest = session.scalar(
+        select(func.max(func.coalesce(ProviderEvent.provider_time, ProviderEvent.received_at)))
+        .join(
+            this,
+            (this.business_account_id == ProviderEvent.business_account_id)
+            & (this.template_name == ProviderEvent.template_name)
+            & (this.template_language == ProviderEvent.template_language),
+        )
+        .where(
+            this.id == event_id,
+            ProviderEvent.id != event_id,
+            ProviderEvent.field == field,
+            ProviderEvent.action.is_not(None),
+        )
+    )
+    return newest is not None and newest > when
 
 
 def active_holds(session: Session, accounts: list[str]) -> list[TemplateHold]:
@@ -162,3 +214,59 @@ def active_holds(session: Session, accounts: list[str]) -> list[TemplateHold]:
             .order_by(TemplateHold.id)
         )
     )
+
+
+def note_if_held(session: Session, message: Message, now: datetime) -> TemplateHold | None:
+    """A new message whose template is held on its identity's business account gets a
+    `template_held` timeline event at once (a rejected template's never ends otherwise:
+    its timeline says why it waits); the hold, or None."""
+    template = message.template or {}
+    name, language = template.get("name"), template.get("language")
+    if not isinstance(name, str) or not isinstance(language, str):
+        return None
+    hold = session.scalars(
+        select(TemplateHold).where(
+            TemplateHold.business_account_id
+            == select(Identity.business_account_id)
+            .where(Identity.id == message.identity_id)
+            .scalar_subquery(),
+            TemplateHold.template_name == name,
+            TemplateHold.template_language == language,
+            TemplateHold.released_at.is_(None),
+        )
+    ).first()
+    if hold is None:
+        return None
+    append_event(
+        session,
+        message_id=message.id,
+        cycle=message.cycle,
+        source=Source.WEBHOOK.value,
+        kind="template_held",
+        received_at=now,
+        applied=False,
+        detail={
+            "provider_event_id": hold.event_id,
+            "event": hold.state,
+            "template": name,
+            "language": language,
+            "reason": hold.reason,
+        },
+        dedupe_key=f"template_held:{message.id}:{message.cycle}:{hold.event_id}",
+    )
+    return hold
+
+
+def shared_with_another_tenant(
+    session: Session, account: str, identity_ids: Collection[int]
+) -> bool:
+    """Whether an identity of a tenant none of `identity_ids` belongs to names this business
+    account too (stored before an account was tied to one tenant): a hold on the account
+    would stop that tenant's messages on another's word."""
+    tenants = select(Identity.tenant_id).where(Identity.id.in_(sorted(identity_ids)))
+    other = session.scalar(
+        select(Identity.id)
+        .where(Identity.business_account_id == account, Identity.tenant_id.not_in(tenants))
+        .limit(1)
+    )
+    return other is not None

@@ -2,7 +2,8 @@
 template and number-quality webhooks (`app/providers/whatsapp_account.py`).
 
 1. The identities of the named business accounts, in one query. Known: the delivery must
-   verify with one of their app secrets (different apps may subscribe to one account).
+   verify with one of their app secrets (different apps may subscribe to one account), and
+   is acted on only for those whose own secret verifies it.
    Unknown: it is checked against every WhatsApp app secret Ratchet holds, and kept
    (unmatched) when one verifies, since Meta signed it and would resend it for days if
    refused; otherwise it is refused with the very answer an unknown number gets.
@@ -56,19 +57,23 @@ def receive_account_delivery(
     with db.autocommit() as connection:  # one read
         known = identities_of_accounts(connection, accounts)
         candidates = known or whatsapp_secret_holders(connection)
-    signer = _signed_by(provider, raw, headers, candidates)
-    if signer is None:
+    # An unknown account's delivery needs one verifying secret, not every one.
+    signers = signed_by(provider, raw, headers, candidates, every=bool(known))
+    if not signers:
         return refused(provider, known=bool(known))
     if not known:
         log.warning("whatsapp account-level delivery for unknown business accounts %s", accounts)
+    # Acted on for the identities whose own app secret verifies it, never for another
+    # identity that merely names the same business account.
+    verified = frozenset(identity.id for identity in signers if known)
     now = utcnow()
-    owner = known[0].id if len({identity.id for identity in known}) == 1 else None
+    owner = next(iter(verified)) if len(verified) == 1 else None
     with db.transaction() as session:
         delivery_id = store_delivery(
             session, provider.name, owner, headers, raw.decode("utf-8"), now
         )
         kept = keep_events(session, delivery_id, changes, now)
-        acted = act_on_events(session, kept, now)
+        acted = act_on_events(session, kept, now, verified)
     # Committed above; only now ring the drains (a lost ring: the sweeper's job).
     for identity_id, lane in sorted(acted.ring):
         ring_message(0, lane, identity_id)
@@ -82,25 +87,33 @@ def receive_account_delivery(
     )
 
 
-def _signed_by(
-    provider: Provider, raw: bytes, headers: dict[str, str], candidates: list[RoutedIdentity]
-) -> RoutedIdentity | None:
-    """The first identity whose app secret verifies the delivery. Each distinct secret is
-    tried once (one HMAC of the body each): identities of one Meta app share it, so an
-    unsigned body naming an unknown account costs as many HMACs as there are apps."""
+def signed_by(
+    provider: Provider,
+    raw: bytes,
+    headers: dict[str, str],
+    candidates: list[RoutedIdentity],
+    *,
+    every: bool = True,
+) -> list[RoutedIdentity]:
+    """The identities whose app secret verifies the delivery (the first only, unless
+    `every`). Each distinct secret (by its decrypted value) is tried once (one HMAC of the
+    body each): identities of one Meta app share it, so an unsigned body naming an unknown
+    account costs one HMAC per app."""
     box = get_box()
-    tried: set[str] = set()
+    verdicts: dict[str, bool] = {}
+    signers = []
     for identity in candidates:
         sealed = identity.app_secret_encrypted
         if not sealed:
             continue
         secret = box.decrypt_remembered(sealed)
-        if secret in tried:
-            continue
-        tried.add(secret)
-        if provider.verify_signature(raw, headers, secret):
-            return identity
-    return None
+        if secret not in verdicts:
+            verdicts[secret] = provider.verify_signature(raw, headers, secret)
+        if verdicts[secret]:
+            signers.append(identity)
+            if not every:
+                break
+    return signers
 
 
 def learn_business_accounts_of(
@@ -123,15 +136,27 @@ def learn_business_accounts_of(
     return [rid for rid, identity in unknown.items() if identity.id in done]
 
 
-def keep_account_changes_beside(db: Database, delivery_id: int, payload: dict[str, Any]) -> None:
+def keep_account_changes_beside(
+    db: Database,
+    provider: Provider,
+    raw: bytes,
+    headers: dict[str, str],
+    delivery_id: int,
+    payload: dict[str, Any],
+) -> None:
     """A verified delivery of a number that also carries account-level changes (rare: Meta
     sends one field a delivery): they are kept and acted on too, under the delivery
-    already stored."""
+    already stored, for the account's identities whose app secret verifies it."""
     changes = account_changes(payload)
     if not changes:
         return
+    accounts = list(dict.fromkeys(change.business_account_id for change in changes))
+    with db.autocommit() as connection:
+        known = identities_of_accounts(connection, accounts[:MAX_ACCOUNTS])
+    verified = frozenset(identity.id for identity in signed_by(provider, raw, headers, known))
     now = utcnow()
     with db.transaction() as session:
-        acted = act_on_events(session, keep_events(session, delivery_id, changes, now), now)
+        kept = keep_events(session, delivery_id, changes, now)
+        acted = act_on_events(session, kept, now, verified)
     for identity_id, lane in sorted(acted.ring):
         ring_message(0, lane, identity_id)

@@ -20,6 +20,7 @@ from app.repo.cancels import cancel_message
 from app.repo.identities import get_identity
 from app.repo.listing import get_tenant_message
 from app.repo.messages import NewMessage, create_message, mark_unrung
+from app.repo.template_holds import note_if_held
 from app.repo.windows import is_window_open
 from app.schedule import schedule
 from app.sendrequest import (
@@ -178,6 +179,8 @@ def create() -> ResponseReturnValue:
         )
         if created and callback is not None:
             set_message_callback(session, message.id, callback, str(send.status_callback))
+        if created and message.template:
+            note_if_held(session, message, now)  # its timeline says why it waits
     if not created:
         if message.fingerprint != request_fingerprint:
             return json_error(

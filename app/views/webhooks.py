@@ -205,7 +205,9 @@ def receive(
         # A number's business account, learned from the first delivery naming both.
         for routing_id in learn_business_accounts_of(db, payload, by_route):
             remembered_routing().forget(provider.name, routing_id)
-        keep_account_changes_beside(db, stored.recorded.delivery_id, payload)
+        keep_account_changes_beside(
+            db, provider, raw, arrived.headers, stored.recorded.delivery_id, payload
+        )
     recorded, unstorable, now = stored.recorded, stored.unstorable, stored.now
     delivery_id = recorded.delivery_id
     if batch is None:

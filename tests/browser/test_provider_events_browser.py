@@ -78,7 +78,9 @@ def test_a_support_person_reads_metas_events_for_an_identity_and_filters_them(
     rows = page.locator("#provider-events tbody tr")
     expect(rows).to_have_count(4)
     expect(rows.first).to_contain_text("ACCOUNT_RESTRICTION")
-    expect(rows.first).to_contain_text(f"identity {tenants.acme.identity_id} paused")
+    expect(rows.first).to_contain_text(
+        f"campaign lane of identities {tenants.acme.identity_id} paused"
+    )
     expect(rows.nth(1)).to_contain_text("waiting messages held until Meta approves it again")
     rows.first.get_by_text("delivery").click()
     expect(rows.first.locator("pre")).to_contain_text(

@@ -62,7 +62,10 @@ def test_a_restricted_account_fires_the_paused_alert_with_metas_words(
     app: Flask, db: Database, world: World
 ) -> None:
     client = app.test_client()
-    assert deliver(client, encode(account_body("account_restriction"))).status_code == 200
+    # Customer-initiated messaging restricted: the whole identity is paused.
+    kinds = [{"restriction_type": "RESTRICTED_CUSTOMER_INITIATED_MESSAGING"}]
+    body = account_body("account_restriction", restriction_info=kinds)
+    assert deliver(client, encode(body)).status_code == 200
     firing = evaluate(app, db, 1)
     episode = firing[f"paused:{world.identity_id}"]
-    assert "RESTRICTED_BIZ_INITIATED_MESSAGING" in episode.fired_figures["reason"]
+    assert "RESTRICTED_CUSTOMER_INITIATED_MESSAGING" in episode.fired_figures["reason"]

@@ -5,6 +5,7 @@ account pauses its identities with Meta's words; quality changes reach the ident
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 import pytest
@@ -40,14 +41,19 @@ def client(app: Flask) -> FlaskClient:
     return app.test_client()
 
 
+_recipients = itertools.count(15550000001)
+
+
 def templated(db: Database, world: World, template: dict[str, str] = TEMPLATE) -> int:
+    """A campaign message using `template`, each to its own recipient (a conversation's
+    messages go in order: one held would keep the next waiting too)."""
     with db.transaction() as session:
         message, _ = create_message(
             session,
             NewMessage(
                 tenant_id=world.tenant_id,
                 identity_id=world.identity_id,
-                recipient="15551234567",
+                recipient=str(next(_recipients)),
                 lane="campaign",
                 fingerprint="f" * 64,
                 template=dict(template),
@@ -136,7 +142,7 @@ def test_a_rejected_template_fails_its_queued_messages_with_metas_reason(
     queued = templated(db, world)
     answer = send_event(client, "template_status_rejected")
     assert answer["actions"] == [
-        "template order_update (en_US) rejected (INVALID_FORMAT): 1 queued messages failed, "
+        "template order_update (en_US) rejected (INVALID_FORMAT): 1 waiting messages failed, "
         "0 others held"
     ]
     failed = row(db, queued)
@@ -149,23 +155,53 @@ def test_a_rejected_template_fails_its_queued_messages_with_metas_reason(
     assert later not in claimable_ids(db, world)
 
 
-def test_a_restricted_account_pauses_its_identities_with_metas_words(
+def restriction(*kinds: str) -> list[dict[str, str]]:
+    return [{"restriction_type": kind, "expiration": "2026-12-20"} for kind in kinds]
+
+
+def test_restricted_business_initiated_messaging_pauses_the_campaign_lane_only(
     client: FlaskClient, db: Database, world: World
 ) -> None:
-    answer = send_event(client, "account_restriction")
+    kinds = ("RESTRICTED_BIZ_INITIATED_MESSAGING", "RESTRICTED_ADD_PHONE_NUMBER_ACTION")
+    answer = send_event(client, "account_restriction", restriction_info=restriction(*kinds))
+    words = f"Meta restricted the account: {', '.join(kinds)}"
     assert answer["actions"] == [
-        "Meta restricted the account: RESTRICTED_BIZ_INITIATED_MESSAGING: "
-        f"identity {world.identity_id} paused"
+        f"{words}: the campaign lane of identities {world.identity_id} paused"
     ]
     with db.transaction() as session:
         identity = session.get(Identity, world.identity_id, populate_existing=True)
-        assert identity is not None and identity.paused_at is not None
-        assert identity.paused_by == "meta"
-        assert identity.paused_reason == (
-            "Meta restricted the account: RESTRICTED_BIZ_INITIATED_MESSAGING"
-        )
+        assert identity is not None and identity.paused_at is None  # replies still go
+        assert identity.campaign_paused_by == "meta"
+        assert identity.campaign_paused_reason == words
         (event,) = session.scalars(select(ProviderEvent)).all()
         assert event.action == answer["actions"][0]  # type: ignore[index]
+
+
+def test_restricted_customer_initiated_messaging_pauses_the_identity_with_metas_words(
+    client: FlaskClient, db: Database, world: World
+) -> None:
+    kinds = ("RESTRICTED_BIZ_INITIATED_MESSAGING", "RESTRICTED_CUSTOMER_INITIATED_MESSAGING")
+    answer = send_event(client, "account_restriction", restriction_info=restriction(*kinds))
+    words = f"Meta restricted the account: {', '.join(kinds)}"
+    assert answer["actions"] == [f"{words}: identity {world.identity_id} paused"]
+    with db.transaction() as session:
+        identity = session.get(Identity, world.identity_id, populate_existing=True)
+        assert identity is not None and identity.paused_by == "meta"
+        assert identity.paused_reason == words
+
+
+@pytest.mark.parametrize(
+    "kinds", [("RESTRICTED_ADD_PHONE_NUMBER_ACTION",), ("SOMETHING_META_ADDS_LATER",), ()]
+)
+def test_a_restriction_of_nothing_ratchet_sends_is_kept_and_pauses_nothing(
+    client: FlaskClient, db: Database, world: World, kinds: tuple[str, ...]
+) -> None:
+    answer = send_event(client, "account_restriction", restriction_info=restriction(*kinds))
+    assert "kept, no identity paused" in answer["actions"][0]  # type: ignore[index]
+    with db.transaction() as session:
+        identity = session.get(Identity, world.identity_id, populate_existing=True)
+        assert identity is not None and identity.paused_at is None
+        assert identity.campaign_paused_at is None
 
 
 def test_a_disabled_account_pauses_and_a_reinstatement_leaves_the_resume_to_the_operator(

@@ -224,4 +224,5 @@ def test_a_delivery_mixing_a_numbers_status_with_an_account_event_keeps_and_acts
     assert event.field == "account_update" and "paused" in (event.action or "")
     with db.transaction() as session:
         identity = session.get(Identity, world.identity_id, populate_existing=True)
-        assert identity is not None and identity.paused_by == "meta"
+        # Business-initiated messaging restricted: the campaign lane is paused.
+        assert identity is not None and identity.campaign_paused_by == "meta"
