@@ -145,7 +145,10 @@ def record_batch(
     connections stay at one per drain whatever its calls in flight; each write fenced as
     ever. On a connection pinged first, however recently used: one whose path died silently
     during the calls would make accepted sends unknown outcomes. Should the batch fail, each
-    is recorded again in a transaction of its own, so one bad record loses no other."""
+    is recorded again in a transaction of its own, so one bad record loses no other: each
+    is tried, and only when none could be recorded does the first error escape (the
+    database is gone: the drain stops). A record that fails alone is logged; its lease
+    lapses, an unknown outcome, as the lease rule says."""
     if not calls:
         return []
     try:
@@ -156,7 +159,23 @@ def record_batch(
         if len(calls) == 1:
             raise
         log.warning("a batch of %d records failed (%s): one at a time", len(calls), exc)
-    return [one for c in calls for one in record_batch(db, config, [c], clock)]
+    recorded: list[Recorded] = []
+    errors: list[SQLAlchemyError] = []
+    for called in calls:
+        try:
+            with db.transaction(ping=True) as session:
+                recorded.append((called, *record_called(session, config, called, clock())))
+        except SQLAlchemyError as exc:
+            errors.append(exc)
+            log.error(
+                "message %s attempt %s: its answer could not be recorded (%s): its lease lapses",
+                called.prepared.claim.message_id,
+                called.prepared.claim.attempt,
+                exc.__class__.__name__,
+            )
+    if errors and not recorded:
+        raise errors[0]
+    return recorded
 
 
 def call_and_record(
