@@ -71,7 +71,7 @@ def claimable(
         is_due(now),
         Message.pending_verdict.is_(None),
         not_template_held(identity_id),
-        in_conversation_order(now, hold),
+        in_conversation_order(now, hold, identity_id),
     )
 
 
@@ -255,7 +255,7 @@ def claim_batch(
         Message.attempt,
         Message.next_attempt_at,
         Message.lease_until,
-        overtaken_id().label("overtakes"),
+        overtaken_id(identity_id).label("overtakes"),
     )
     rows: list[Any] = []
     if one_each:
