@@ -33,6 +33,7 @@ from app.providers.base import (
     ProviderError,
     SendResult,
 )
+from app.providers.http import DeadlineExceededError
 from app.repo.claims import Claim
 from app.repo.events import note_worker_event
 from app.repo.sending import release_unsent
@@ -100,8 +101,18 @@ def call(
         )
     except JobTimeoutException:
         raise  # the job's own time is up: its handling stays RQ's
+    except DeadlineExceededError as exc:
+        if not exc.request_sent:  # a provider module that raised its refusal to start
+            return Called(prepared, None, monotonic() - prepared.claimed_mono)
+        result = call_crashed(prepared.credentials, prepared.provider.name, exc)
     except Exception as exc:
         result = call_crashed(prepared.credentials, prepared.provider.name, exc)
+    if result.not_started:
+        # The pre-call check passed, then a pause (SIGSTOP, a swap, many threads on few
+        # cores) carried the call past the check's latest end: the provider module refused
+        # to start it. No request left: it stands down and is given back, as if the check
+        # had failed, never an unknown outcome counted toward `exhausted`.
+        return Called(prepared, None, monotonic() - prepared.claimed_mono)
     count_send(prepared.provider.name, prepared.lane, result, time.monotonic() - started)
     return Called(prepared, result, held_for, started_at)
 
