@@ -33,6 +33,7 @@ from app.providers.base import (
     ProviderError,
     SendResult,
 )
+from app.providers.http import DeadlineExceededError
 from app.repo.claims import Claim
 from app.repo.events import note_worker_event
 from app.repo.expiry import EXPIRED, expired_error
@@ -106,8 +107,18 @@ def call(
         )
     except JobTimeoutException:
         raise  # the job's own time is up: its handling stays RQ's
+    except DeadlineExceededError as exc:
+        if not exc.request_sent:  # a provider module that raised its refusal to start
+            return Called(prepared, None, monotonic() - prepared.claimed_mono)
+        result = call_crashed(prepared.credentials, prepared.provider.name, exc)
     except Exception as exc:
         result = call_crashed(prepared.credentials, prepared.provider.name, exc)
+    if result.not_started:
+        # The pre-call check passed, then a pause (SIGSTOP, a swap, many threads on few
+        # cores) carried the call past the check's latest end: the provider module refused
+        # to start it. No request left: it stands down and is given back, as if the check
+        # had failed, never an unknown outcome counted toward `exhausted`.
+        return Called(prepared, None, monotonic() - prepared.claimed_mono)
     count_send(prepared.provider.name, prepared.lane, result, time.monotonic() - started)
     return Called(prepared, result, held_for, started_at)
 
@@ -175,7 +186,10 @@ def record_batch(
     connections stay at one per drain whatever its calls in flight; each write fenced as
     ever. On a connection pinged first, however recently used: one whose path died silently
     during the calls would make accepted sends unknown outcomes. Should the batch fail, each
-    is recorded again in a transaction of its own, so one bad record loses no other."""
+    is recorded again in a transaction of its own, so one bad record loses no other: each
+    is tried, and only when none could be recorded does the first error escape (the
+    database is gone: the drain stops). A record that fails alone is logged; its lease
+    lapses, an unknown outcome, as the lease rule says."""
     if not calls:
         return []
     try:
@@ -186,7 +200,23 @@ def record_batch(
         if len(calls) == 1:
             raise
         log.warning("a batch of %d records failed (%s): one at a time", len(calls), exc)
-    return [one for c in calls for one in record_batch(db, config, [c], clock)]
+    recorded: list[Recorded] = []
+    errors: list[SQLAlchemyError] = []
+    for called in calls:
+        try:
+            with db.transaction(ping=True) as session:
+                recorded.append((called, *record_called(session, config, called, clock())))
+        except SQLAlchemyError as exc:
+            errors.append(exc)
+            log.error(
+                "message %s attempt %s: its answer could not be recorded (%s): its lease lapses",
+                called.prepared.claim.message_id,
+                called.prepared.claim.attempt,
+                exc.__class__.__name__,
+            )
+    if errors and not recorded:
+        raise errors[0]
+    return recorded
 
 
 def call_and_record(

@@ -37,10 +37,9 @@ from app.crypto import SecretBox, get_box
 from app.db import Database, get_db
 from app.logs import log_context
 from app.repo.claims import claim_batch, lane_paused
-from app.repo.due import count_due, earliest_due, owed_verdicts
+from app.repo.due import count_due, earliest_due
 from app.repo.expiry import expire_due
 from app.repo.identities import get_identity
-from app.repo.sending import take_verdict
 from jobs.call import Called, Prepared, call, give_back, record_batch
 from jobs.in_flight import InFlight
 from jobs.pacing import Pacer, Rates, listen
@@ -55,6 +54,7 @@ from jobs.queues import (
     ring_drain,
     whole_second_after,
 )
+from jobs.record import take_owed_verdicts
 from jobs.send import hold_unsendable, prepare_batch, sender_problem
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,9 @@ class Drain:
     # The last step left due messages unclaimed for want of a free call thread: on the
     # reply lane the next step starts as soon as one frees up, not when all have.
     _capped: bool = field(default=False, init=False, repr=False)
+    # The ends being recorded: cut short before their commit (the job's time ran out), they
+    # are recorded again by `_abandon` (a record committed already changes nothing: fenced).
+    _recording: list[Called] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         name = f"drain-{self.identity_id}-{self.lane}"
@@ -200,18 +203,8 @@ class Drain:
             if problem is not None:
                 hold_unsendable(session, identity, problem, now)
                 return _Step(stop=True)
-            for message_id in owed_verdicts(session, self.identity_id, self.lane, now):
-                verdict = take_verdict(session, message_id, now)
-                if verdict is not None:
-                    self.outcomes["failed: exhausted"] += 1
-                if verdict is not None and verdict.applied:
-                    with log_context(
-                        message_id=message_id, identity_id=self.identity_id, lane=self.lane
-                    ):
-                        log.info(
-                            "failed: exhausted (after the webhook grace)",
-                            extra={"outcome": "failed"},
-                        )
+            if exhausted := take_owed_verdicts(session, self.identity_id, self.lane, now):
+                self.outcomes["failed: exhausted"] += exhausted
             if expired := expire_due(session, self.identity_id, self.lane, now):
                 self.outcomes["failed: expired"] += len(expired)
             want = count_due(
@@ -349,7 +342,10 @@ class Drain:
         """3. The ends collected, recorded in one transaction (`record_batch`); then for
         each 4., the provider's word on our pace, and the one log line per send outcome
         (its context names the message, attempt, identity and lane)."""
-        for called, outcome, _ in record_batch(self.db, self.config, calls, self.clock):
+        self._recording = calls
+        recorded = record_batch(self.db, self.config, calls, self.clock)
+        self._recording = []
+        for called, outcome, _ in recorded:
             claim = called.prepared.claim
             self.outcomes[outcome.split(" ", 1)[0].rstrip(":")] += 1
             with log_context(
@@ -368,6 +364,7 @@ class Drain:
         when those begun have ended, and records what they did (without the database,
         their leases lapse: unknown outcomes, as the lease rule says)."""
         ended, unsent = self._in_flight.abandon()
+        ended, self._recording = [*self._recording, *ended], []
         try:
             self._record(ended)
         except SQLAlchemyError as exc:

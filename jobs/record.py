@@ -14,8 +14,10 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from app.config import Config
+from app.logs import log_context
 from app.providers.base import FailureClass, SendResult
 from app.repo.claims import Claim
+from app.repo.due import owed_verdicts
 from app.repo.messages import get_message
 from app.repo.sending import (
     Hold,
@@ -26,6 +28,7 @@ from app.repo.sending import (
     record_held,
     record_late_acceptance,
     record_retry,
+    take_verdict,
 )
 from app.retry import Step, plan_after_failure
 
@@ -158,6 +161,19 @@ def record_outcome(
     if not transition.applied:
         return _not_recorded(session, claim, failure), None
     return f"failed: {plan.failure_class.value}", None
+
+
+def take_owed_verdicts(session: Session, identity_id: int, lane: str, now: datetime) -> int:
+    """A drain's step first records the verdicts owed (`take_verdict`): each message whose
+    webhook grace ended without an answer fails `exhausted`. Returns how many."""
+    taken = 0
+    for message_id in owed_verdicts(session, identity_id, lane, now):
+        verdict = take_verdict(session, message_id, now)
+        taken += verdict is not None
+        if verdict is not None and verdict.applied:
+            with log_context(message_id=message_id, identity_id=identity_id, lane=lane):
+                log.info("failed: exhausted (after the webhook grace)", extra={"outcome": "failed"})
+    return taken
 
 
 def _not_recorded(session: Session, claim: Claim, failure: FailureClass) -> str:

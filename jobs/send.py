@@ -95,6 +95,10 @@ def send_one(
 ) -> tuple[str, tuple[str, datetime] | None]:
     """Claim, call, record. Returns (outcome word, (lane, time) of the next ring or None).
 
+    The message named, without the conversation rule (`app/repo/conversations.py`): no
+    queue, view or command calls this; every send goes through a drain's claim, which
+    keeps it. It drives one named message in tests and by hand.
+
     `clock` is the wall clock the rows are stamped with; `monotonic` measures how long
     this process has held its claim (both passed in, so tests can move or freeze them).
     """

@@ -5,14 +5,20 @@ provider may still hold the message."""
 from __future__ import annotations
 
 from .base import FailureClass, ProviderError, SendResult
-from .http import HttpAnswer, TransportError, parse_retry_after
+from .http import DeadlineExceededError, HttpAnswer, TransportError, parse_retry_after
 
 
 def no_answer(provider: str, exc: TransportError) -> SendResult:
     """No HTTP answer: the class is `unknown` either way; the outcome is known only when
-    the request provably never left (see ConnectFailedError)."""
+    the request provably never left (see ConnectFailedError). A deadline that had passed
+    before the request started says so (`not_started`): that call never was."""
     error = ProviderError(provider=provider, title=type(exc).__name__, raw=exc.description)
-    return SendResult(failure=FailureClass.UNKNOWN, error=error, outcome_known=not exc.request_sent)
+    return SendResult(
+        failure=FailureClass.UNKNOWN,
+        error=error,
+        outcome_known=not exc.request_sent,
+        not_started=isinstance(exc, DeadlineExceededError) and not exc.request_sent,
+    )
 
 
 def accepted(answer: HttpAnswer, provider_message_id: str) -> SendResult:

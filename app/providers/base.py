@@ -111,6 +111,9 @@ class SendResult:
     http_status: int | None = None
     response_body: str | None = None
     outcome_known: bool = True
+    # The call's own deadline (the end of its worker's lease) had passed before the request
+    # started: nothing left, so nothing to count; the caller gives the message back unsent.
+    not_started: bool = False
 
     @property
     def accepted(self) -> bool:

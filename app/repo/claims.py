@@ -89,7 +89,7 @@ def claimable(
         Message.pending_verdict.is_(None),
         unexpired(now),
         not_template_held(identity_id),
-        in_conversation_order(now, hold),
+        in_conversation_order(now, hold, identity_id),
     )
 
 
@@ -274,7 +274,7 @@ def claim_batch(
         Message.attempt,
         Message.next_attempt_at,
         Message.lease_until,
-        overtaken_id(now).label("overtakes"),
+        overtaken_id(now, identity_id).label("overtakes"),
     )
     rows: list[Any] = []
     if one_each:

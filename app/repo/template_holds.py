@@ -23,21 +23,22 @@ from app.repo.events import append_event
 from app.repo.sql import rows_changed
 
 
-def _name() -> Any:
-    return Message.template["name"].as_string()
+def _name(row: Any) -> Any:
+    return row.template["name"].as_string()
 
 
-def _language() -> Any:
-    return Message.template["language"].as_string()
+def _language(row: Any) -> Any:
+    return row.template["language"].as_string()
 
 
-def not_template_held(identity_id: int | None = None) -> Any:
+def not_template_held(identity_id: int | None = None, row: Any = Message) -> Any:
     """The claim's condition: the message uses no template held on its identity's
     business account. (A message without a template, or an identity whose business account
     is unknown, is never held.) With `identity_id` (a drain's claim: one identity), its
     business account is read once for the statement, and each candidate row costs one probe
     of the active holds' index, empty almost always; without it, the message's own identity
-    is looked up (a single message's claim)."""
+    is looked up (a single message's claim). `row`: the messages table or an alias of it
+    (the earlier messages of a conversation, `app/repo/conversations.py`)."""
     if identity_id is not None:
         account: Any = (
             select(Identity.business_account_id).where(Identity.id == identity_id).scalar_subquery()
@@ -45,7 +46,7 @@ def not_template_held(identity_id: int | None = None) -> Any:
     else:
         account = (
             select(Identity.business_account_id)
-            .where(Identity.id == Message.identity_id)
+            .where(Identity.id == row.identity_id)
             .correlate_except(Identity)
             .scalar_subquery()
         )
@@ -54,8 +55,8 @@ def not_template_held(identity_id: int | None = None) -> Any:
         .where(
             TemplateHold.business_account_id == account,
             TemplateHold.released_at.is_(None),
-            TemplateHold.template_name == _name(),
-            TemplateHold.template_language == _language(),
+            TemplateHold.template_name == _name(row),
+            TemplateHold.template_language == _language(row),
         )
         .correlate_except(TemplateHold)
     )
@@ -159,8 +160,8 @@ def waiting_with_template(
             Identity.business_account_id == account,
             Message.identity_id.in_(sorted(identity_ids)),
             Message.status.in_([Status.QUEUED.value, Status.SENDING.value]),
-            _name() == name,
-            _language() == language,
+            _name(Message) == name,
+            _language(Message) == language,
         )
         .order_by(Message.id)
         .with_for_update(of=Message)

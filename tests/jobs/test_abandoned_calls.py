@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from datetime import timedelta
 
 import pytest
 from rq.timeouts import JobTimeoutException, UnixSignalDeathPenalty
@@ -18,9 +19,13 @@ from sqlalchemy import select
 from app.models import Attempt
 from app.providers import get_provider
 from app.providers.base import Credentials, OutboundMessage
+from app.repo.claims import claim_batch
+from app.repo.identities import get_identity
+from jobs.call import call, record_batch
 from jobs.drain import Drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys
+from jobs.send import prepare_batch
 
 from .conftest import Env
 
@@ -88,3 +93,41 @@ def test_a_call_never_starts_past_the_latest_end_it_is_given(env: Env) -> None:
 
     assert not result.accepted and result.outcome_known
     assert env.requests(number) == []
+    assert result.not_started
+
+
+def test_a_call_refused_by_its_own_latest_end_stands_down_and_counts_nothing(env: Env) -> None:
+    """Found by an outside review: the pre-call check passed, then the thread was paused
+    past the check's latest end; the provider module refused to start the call (no request
+    left), and yet the attempt was recorded as an unknown outcome: the webhook grace waited,
+    and at the cap the message failed `exhausted`, never sent. Now it stands down, given
+    back unsent and counted against no cap, round after round."""
+    number = env.number(statuses=[], rate_limit_mps=None)
+    message_id = env.send(number, "15557120003", lane="campaign")
+    config = env.config
+    for _ in range(config.cap_unknown + 1):
+        with env.db.transaction() as session:
+            claims = claim_batch(
+                session,
+                number["identity_id"],
+                "campaign",
+                1,
+                env.now,
+                timedelta(seconds=config.lease_seconds),
+            )
+            identity = get_identity(session, number["identity_id"])
+            [prepared], _ = prepare_batch(
+                session, env.box, config, identity, claims, time.monotonic(), env.now
+            )
+        # The check sees no time passed since the claim (its clock is passed in); the
+        # call's latest end, on the real clock, passed a whole lease ago.
+        paused = dataclasses.replace(prepared, claimed_mono=time.monotonic() - config.lease_seconds)
+        called = call(config, paused, lambda at=paused.claimed_mono: at, env.clock)
+        assert called.result is None and called.started_at is None
+        [(_, outcome, _)] = record_batch(env.db, config, [called], env.clock)
+        assert outcome.startswith("stood down")
+        row = env.message(message_id)
+        assert (row.status, row.unknown_attempts, row.had_unknown_outcome) == ("sending", 0, False)
+        assert row.lease_until is None and row.next_attempt_at == env.now  # due again now
+    assert env.requests(number) == []
+    assert set(attempt_outcomes(env, message_id)) == {"stood_down"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from flask import Flask
 from sqlalchemy import select
 
 from app.config import Config
@@ -17,10 +18,13 @@ from app.db import Database
 from app.models import MessageEvent
 from app.repo.claims import Claim, claim_batch
 from app.repo.due import count_due
-from app.repo.sending import record_accepted, record_retry, start_attempt
+from app.repo.messages import NewMessage, create_message
+from app.repo.sending import record_accepted, record_retry, release_unsent, start_attempt
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_message, make_world
+from ..meta import BUSINESS_ACCOUNT_ID, PHONE_NUMBER_ID, account_body, encode
+from ..views.test_webhooks_whatsapp import SECRET, deliver
 
 CONFIG = Config.from_env({}, {"secret_key": SECRET_KEY})
 LEASE = timedelta(seconds=25)
@@ -140,3 +144,65 @@ def test_a_claim_not_yet_committed_in_another_transaction_still_holds_the_conver
                 c.message_id
                 for c in claim_batch(other, world.identity_id, "campaign", 10, T0, LEASE)
             ] == [ben]
+
+
+def claimed_ids(database: Database, world: World, at: datetime) -> list[int]:
+    return [c.message_id for c in claim(database, world, at)]
+
+
+def test_a_message_given_back_unsent_past_the_hold_is_never_claimed_with_the_next(
+    db: Database,
+) -> None:
+    """Found by an outside review: a message given back unsent (`release_unsent`: a drain
+    cut short, a stand-down) keeps its first claim's `sending_at`; once that was older than
+    the hold, its next message was claimed in the same batch and both were called side by
+    side. Due again, or in flight, it holds the next whatever its age."""
+    world = make_world(db)
+    anna = [make_message(db, world, recipient=ANNA, text=f"part {n}") for n in range(2)]
+    (first,) = claim(db, world)
+    with db.transaction() as session:
+        assert release_unsent(session, first, T0)
+
+    later = T0 + HOLD + timedelta(seconds=1)  # the database came back a minute later
+    assert due(db, world, later) == 1
+    (again,) = claim(db, world, later)
+    assert again.message_id == anna[0]
+    # In flight now, its first claim long past the hold: the next still waits for it.
+    assert due(db, world, later) == 0
+    assert claim(db, world, later + timedelta(seconds=1)) == []
+
+    # Its lease lapsed (its worker died): due again, and still alone in its batch.
+    lapsed = later + LEASE + timedelta(seconds=1)
+    assert claimed_ids(db, world, lapsed) == [anna[0]]
+
+
+def test_a_message_whose_template_meta_holds_does_not_hold_its_conversation(
+    app: Flask, db: Database
+) -> None:
+    """Found by an outside review: an earlier message whose template Meta paused is never
+    claimed (`queued` while the hold lasts, with no first claim for the hold to count
+    from), and it held every later message to that person without bound."""
+    world = make_world(
+        db, account_id=PHONE_NUMBER_ID, app_secret=SECRET, business_account_id=BUSINESS_ACCOUNT_ID
+    )
+    with db.transaction() as session:
+        held, _ = create_message(
+            session,
+            NewMessage(
+                tenant_id=world.tenant_id,
+                identity_id=world.identity_id,
+                recipient=ANNA,
+                lane="campaign",
+                fingerprint="f" * 64,
+                template={"name": "order_update", "language": "en_US"},
+            ),
+            T0,
+        )
+    code = make_message(db, world, recipient=ANNA, text="your code is 1234")
+    response = deliver(app.test_client(), encode(account_body("template_status_paused")))
+    assert response.status_code == 200, response.get_json()
+
+    at = T0 + timedelta(minutes=5)
+    assert due(db, world, at) == 1
+    assert claimed_ids(db, world, at) == [code]
+    assert held.id != code

@@ -110,7 +110,7 @@ def test_a_paused_template_holds_its_waiting_messages_and_approved_releases_them
 ) -> None:
     held = [templated(db, world), templated(db, world)]
     other_language = templated(db, world, {"name": "order_update", "language": "es"})
-    text = make_message(db, world)
+    text = make_message(db, world, recipient="15557654321")
     assert claimable_ids(db, world) == sorted([*held, other_language, text])
 
     answer = send_event(client, "template_status_paused")
