@@ -124,3 +124,14 @@ class MessageCallbackUrl(Base):
         ForeignKey("callback_endpoints.id", ondelete="CASCADE")
     )
     url: Mapped[str] = mapped_column(String(2000))
+
+
+class CallbackSequence(Base):
+    """A message's last callback sequence (migration 0021): the trigger counts here under
+    the message's row lock, so the count outlives its callbacks rows (an endpoint deleted
+    with them, retention's deletes) and a receiver never sees a sequence go back."""
+
+    __tablename__ = "callback_sequences"
+
+    message_id: Mapped[int] = mapped_column(ForeignKey("messages.id"), primary_key=True)
+    last: Mapped[int] = mapped_column(Integer)
