@@ -70,6 +70,14 @@ class Callback(Base):
             postgresql_where=text("state = 'pending'"),
             sqlite_where=text("state = 'pending'"),
         ),
+        # Retention's oldest finished rows (migration 0021).
+        Index(
+            "ix_callbacks_done",
+            "endpoint_id",
+            "created_at",
+            postgresql_where=text("state <> 'pending'"),
+            sqlite_where=text("state <> 'pending'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)

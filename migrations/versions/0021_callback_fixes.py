@@ -12,6 +12,8 @@
 3. A message's own `status_callback` gets no row of its own when a subscribed endpoint
    (of the tenant, taking this event) has the same URL: one change, one POST, one
    webhook-id. Its row also follows the events of the endpoint whose host it is on.
+4. `ix_callbacks_done`: retention's oldest finished callbacks per endpoint
+   (app/repo/callback_retention.py).
 
 Revision ID: 0021
 Revises: 0018
@@ -131,6 +133,13 @@ def upgrade() -> None:
         "INSERT INTO callback_sequences (message_id, last) "
         "SELECT message_id, max(sequence) FROM callbacks GROUP BY message_id"
     )
+    op.create_index(
+        "ix_callbacks_done",
+        "callbacks",
+        ["endpoint_id", "created_at"],
+        postgresql_where=sa.text("state <> 'pending'"),
+        sqlite_where=sa.text("state <> 'pending'"),
+    )
     if op.get_bind().dialect.name == "postgresql":
         op.execute(FUNCTION)
 
@@ -143,4 +152,5 @@ def downgrade() -> None:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         op.execute(module.FUNCTION.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
+    op.drop_index("ix_callbacks_done", table_name="callbacks")
     op.drop_table("callback_sequences")
