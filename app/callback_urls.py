@@ -105,22 +105,27 @@ def parse_callback_url(raw: object, allow_hosts: Collection[str]) -> CallbackUrl
 
 def check_destination(
     target: CallbackUrl, allow_hosts: Collection[str], resolver: Resolver = resolve
-) -> None:
-    """Refuse a host whose addresses are not all public (an allowed host is not asked)."""
+) -> str | None:
+    """Refuse a host whose addresses are not all public (an allowed host is not asked);
+    returns the checked address to connect to (None for an allowed host), so the POST goes
+    where the check looked (app/providers/pinning.py), not where a second lookup points."""
     if target.host in allow_hosts:
-        return
+        return None
     try:
         addresses = [str(ipaddress.ip_address(target.host))]
     except ValueError:
         if target.host == "localhost" or target.host.endswith((".localhost", ".local")):
             raise CallbackUrlError(f"the host {target.host!r} is not public") from None
         addresses = resolver(target.host)
+    if not addresses:
+        raise CallbackUrlError(f"the host {target.host!r} has no address")
     for address in addresses:
         if not _is_public(address):
             raise CallbackUrlError(
                 f"the host {target.host!r} resolves to {address}, which is not a public "
                 "address (private, loopback, link-local or reserved)"
             )
+    return addresses[0].split("%", 1)[0]
 
 
 def validate_callback_url(
