@@ -22,6 +22,7 @@ from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_world
 from ..meta import PHONE_NUMBER_ID
 from ..views.test_webhooks_whatsapp import SECRET, sent_message
+from .conftest import failed_message
 
 
 @pytest.fixture
@@ -100,3 +101,31 @@ def test_finished_callbacks_past_retention_go_with_their_attempts(
         )
         sequence = session.scalar(select(Callback.sequence).where(Callback.message_id == taken))
     assert sequence == 2
+
+
+def test_a_purged_message_takes_the_providers_words_out_of_its_callbacks(
+    db: Database, world: World
+) -> None:
+    with db.transaction() as session:
+        create_endpoint(
+            session,
+            SecretBox(SECRET_KEY),
+            tenant_id=world.tenant_id,
+            url="https://hooks.example.com/ratchet",
+            host="hooks.example.com",
+            events=list(EVENTS),
+            now=T0,
+        )
+    message_id = failed_message(db, world)
+    (before,) = [row.payload for row in rows_of(db, message_id)]
+    assert before["data"]["error"]["message"] == "Message Undeliverable."
+    assert purge_content(db, T0 + timedelta(days=31)).messages == 1
+    (row,) = rows_of(db, message_id)
+    assert row.state == PENDING  # still to go out, without the words
+    assert "message" not in row.payload["data"]["error"]
+    assert row.payload["data"]["error"]["code"] == 131026
+
+
+def rows_of(db: Database, message_id: int) -> list[Callback]:
+    with db.transaction() as session:
+        return list(session.scalars(select(Callback).where(Callback.message_id == message_id)))
