@@ -70,6 +70,14 @@ class Callback(Base):
             postgresql_where=text("state = 'pending'"),
             sqlite_where=text("state = 'pending'"),
         ),
+        # Retention's oldest finished rows (migration 0021).
+        Index(
+            "ix_callbacks_done",
+            "endpoint_id",
+            "created_at",
+            postgresql_where=text("state <> 'pending'"),
+            sqlite_where=text("state <> 'pending'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -124,3 +132,14 @@ class MessageCallbackUrl(Base):
         ForeignKey("callback_endpoints.id", ondelete="CASCADE")
     )
     url: Mapped[str] = mapped_column(String(2000))
+
+
+class CallbackSequence(Base):
+    """A message's last callback sequence (migration 0021): the trigger counts here under
+    the message's row lock, so the count outlives its callbacks rows (an endpoint deleted
+    with them, retention's deletes) and a receiver never sees a sequence go back."""
+
+    __tablename__ = "callback_sequences"
+
+    message_id: Mapped[int] = mapped_column(ForeignKey("messages.id"), primary_key=True)
+    last: Mapped[int] = mapped_column(Integer)

@@ -40,10 +40,40 @@ def resolve(host: str) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
+# IPv6 prefixes that carry an IPv4 address in their last 32 bits (NAT64, RFC 6052 and
+# RFC 8215; IPv4-compatible): a private IPv4 inside one is as private as it is bare.
+_EMBEDS_IPV4 = (
+    ipaddress.IPv6Network("64:ff9b::/96"),
+    ipaddress.IPv6Network("64:ff9b:1::/48"),
+    ipaddress.IPv6Network("::/96"),
+)
+# Deprecated site-local (RFC 3879): some stacks still route it inside a site.
+_SITE_LOCAL = ipaddress.IPv6Network("fec0::/10")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address reaches through (mapped, 6to4, Teredo, NAT64,
+    IPv4-compatible)."""
+    found: list[ipaddress.IPv4Address] = []
+    if ip.ipv4_mapped is not None:
+        found.append(ip.ipv4_mapped)
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    if any(ip in network for network in _EMBEDS_IPV4):
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return found
+
+
 def _is_public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _SITE_LOCAL:
+            return False
+        embedded = _embedded_ipv4(ip)
+        if embedded:
+            return all(_is_public(str(inner)) for inner in embedded)
     return ip.is_global and not ip.is_multicast
 
 
@@ -75,22 +105,27 @@ def parse_callback_url(raw: object, allow_hosts: Collection[str]) -> CallbackUrl
 
 def check_destination(
     target: CallbackUrl, allow_hosts: Collection[str], resolver: Resolver = resolve
-) -> None:
-    """Refuse a host whose addresses are not all public (an allowed host is not asked)."""
+) -> str | None:
+    """Refuse a host whose addresses are not all public (an allowed host is not asked);
+    returns the checked address to connect to (None for an allowed host), so the POST goes
+    where the check looked (app/providers/pinning.py), not where a second lookup points."""
     if target.host in allow_hosts:
-        return
+        return None
     try:
         addresses = [str(ipaddress.ip_address(target.host))]
     except ValueError:
         if target.host == "localhost" or target.host.endswith((".localhost", ".local")):
             raise CallbackUrlError(f"the host {target.host!r} is not public") from None
         addresses = resolver(target.host)
+    if not addresses:
+        raise CallbackUrlError(f"the host {target.host!r} has no address")
     for address in addresses:
         if not _is_public(address):
             raise CallbackUrlError(
                 f"the host {target.host!r} resolves to {address}, which is not a public "
                 "address (private, loopback, link-local or reserved)"
             )
+    return addresses[0].split("%", 1)[0]
 
 
 def validate_callback_url(

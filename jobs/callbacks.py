@@ -38,6 +38,7 @@ from app.config import Config
 from app.crypto import SecretBox, get_box
 from app.db import Database, get_db
 from app.providers.http import TransportError, parse_retry_after, post_content
+from app.providers.pinning import pinned
 from app.repo import callback_outbox as outbox
 from app.repo.callback_endpoints import get_endpoint, signing_secrets
 from jobs.queues import QUEUE_PREFIX, get_redis
@@ -276,8 +277,11 @@ def _post(
     sent = headers(keys, callback.webhook_id, int(time.time()), body)
     try:
         allowed = config.callback_allow_hosts
-        check_destination(parse_callback_url(url, allowed), allowed)
-        answer = post_content(url, body, sent, started + config.callback_timeout, MAX_ANSWER_BYTES)
+        target = parse_callback_url(url, allowed)
+        # Connect to the address just checked: a second lookup may answer another one.
+        with pinned(target.host, check_destination(target, allowed)):
+            deadline = started + config.callback_timeout
+            answer = post_content(url, body, sent, deadline, MAX_ANSWER_BYTES)
     except CallbackUrlError as exc:
         return outbox.Answer(None, _ms(started), error=f"refused: {exc}")
     except TransportError as exc:

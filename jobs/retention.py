@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app.db import Database
+from app.repo.callback_retention import purge_callbacks
 from app.repo.retention import cutoffs, identities_of, purge_deliveries, purge_messages
 
 BATCH = 200
@@ -25,6 +26,7 @@ SHARE_SECONDS = 0.5
 class Purged:
     messages: int = 0
     deliveries: int = 0
+    callbacks: int = 0
 
 
 def purge_content(
@@ -38,7 +40,7 @@ def purge_content(
     """Purge batch after batch, every tenant in turn, until nothing is due or the budget
     is spent (the next pass goes on from the oldest left)."""
     deadline = timer() + budget_seconds
-    messages = deliveries = 0
+    messages = deliveries = callbacks = 0
     with db.transaction() as session:
         due = [(cutoff, identities_of(session, cutoff)) for cutoff in cutoffs(session, now)]
     for cutoff, identities in due:
@@ -47,6 +49,12 @@ def purge_content(
                 with db.transaction() as session:
                     done = purge_messages(session, cutoff, now, batch)
                 messages += done
+                if done < batch or timer() > deadline:
+                    break
+            while True:
+                with db.transaction() as session:
+                    done = purge_callbacks(session, cutoff, batch)
+                callbacks += done
                 if done < batch or timer() > deadline:
                     break
         for identity_id in identities:
@@ -60,4 +68,4 @@ def purge_content(
                 break
         if timer() > deadline:
             break
-    return Purged(messages, deliveries)
+    return Purged(messages, deliveries, callbacks)

@@ -27,6 +27,8 @@ from urllib.parse import urlencode
 import httpcore
 import httpx
 
+from app.providers.pinning import address_for
+
 log = logging.getLogger(__name__)
 
 USER_AGENT = "ratchet/0.1"
@@ -141,6 +143,7 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         bounded = _bounded(timeout, httpcore.ConnectTimeout)
+        host = address_for(host)  # a checked address, when the caller pinned one
         stream = self._inner.connect_tcp(host, port, bounded, local_address, socket_options)
         return _DeadlineStream(stream)
 

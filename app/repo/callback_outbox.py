@@ -110,14 +110,21 @@ def claim_due(
                 row.payload,
                 row.url,
                 row.attempts + 1,
-                row.created_at,
+                min(row.created_at, now),
             )
         )
     if rows:
         session.execute(
             update(Callback)
             .where(Callback.id.in_([row.id for row in rows]))
-            .values(attempts=Callback.attempts + 1, next_attempt_at=now + lease)
+            .values(
+                attempts=Callback.attempts + 1,
+                next_attempt_at=now + lease,
+                # The retry window runs from the row's writing (the database's clock) or
+                # from its first claim when our clock puts that earlier (the two clocks
+                # differ): never later than the first POST.
+                created_at=func.least(Callback.created_at, now),
+            )
             .execution_options(synchronize_session=False)
         )
     return claimed

@@ -3,7 +3,8 @@ and the facts are kept (docs/api.md, "Retention"; docs/design.md section 2).
 
 Purged: a message's text and its template's parameters (the template's name and language
 stay), the provider's raw answers (`raw` in the errors, attempts' response bodies), raw
-webhook deliveries' bodies and headers, and their statuses' payloads down to their codes.
+webhook deliveries' bodies and headers, and their statuses' payloads down to their codes,
+and the provider's words in the message's status callbacks.
 Kept: every state, time, code, class, provider id, attempt and event, so the pages, the
 metrics and the alerts read as before, and the message says when its content went.
 
@@ -24,6 +25,7 @@ from typing import Any, cast
 from sqlalchemy import Table, and_, bindparam, exists, select, update
 from sqlalchemy.orm import Session
 
+from app.callback_models import Callback
 from app.lifecycle import Status
 from app.models import (
     DEFAULT_RETENTION_DAYS,
@@ -132,7 +134,33 @@ def purge_messages(session: Session, cutoff: Cutoff, now: datetime, batch: int) 
     ids = [row.id for row in rows]
     _purge_attempts(session, ids)
     _purge_events(session, ids)
+    _purge_callback_payloads(session, ids)
     return len(rows)
+
+
+def _purge_callback_payloads(session: Session, message_ids: Iterable[int]) -> None:
+    """The provider's words leave the messages' callbacks still kept (pending ones, and
+    finished ones until app/repo/callback_retention.py deletes them)."""
+    found = session.execute(
+        select(Callback.id, Callback.payload).where(Callback.message_id.in_(list(message_ids)))
+    ).all()
+    changed = []
+    for row in found:
+        error = (row.payload.get("data") or {}).get("error")
+        if isinstance(error, dict) and "message" in error:
+            data = {
+                **row.payload["data"],
+                "error": {k: v for k, v in error.items() if k != "message"},
+            }
+            changed.append({"c_id": row.id, "c_payload": {**row.payload, "data": data}})
+    if changed:
+        table = cast(Table, Callback.__table__)
+        session.execute(
+            update(table)
+            .where(table.c.id == bindparam("c_id"))
+            .values(payload=bindparam("c_payload", type_=table.c.payload.type)),
+            changed,
+        )
 
 
 def _purge_attempts(session: Session, message_ids: Iterable[int]) -> None:
