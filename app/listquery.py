@@ -12,9 +12,16 @@ import binascii
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
 
 from app.providers.base import FailureClass
 from app.sendrequest import MAX_ID, NUL, RequestError
@@ -25,6 +32,8 @@ _CURSOR = re.compile(r"m([1-9][0-9]{0,18})")
 # A recipient as stored: E.164 digits, or a Page-scoped id; `+`, spaces and dashes are
 # dropped from a phone number as the send request drops them.
 _RECIPIENT = re.compile(r"[0-9A-Za-z_-]{1,100}")
+# The document lists the classes; the validator below keeps its own clearer message.
+_CLASS_SCHEMA = WithJsonSchema({"type": "string", "enum": [c.value for c in FailureClass]})
 
 
 class ListQuery(BaseModel):
@@ -35,7 +44,7 @@ class ListQuery(BaseModel):
     status: Literal["queued", "sending", "sent", "delivered", "read", "failed"] | None = Field(
         default=None, description="the message's state now"
     )
-    failure_class: str | None = Field(
+    failure_class: Annotated[str, _CLASS_SCHEMA] | None = Field(
         default=None, description="a failed message's class (`canceled`, `permanent`, ...)"
     )
     identity_id: int | None = Field(default=None, gt=0, le=MAX_ID)
