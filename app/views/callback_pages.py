@@ -17,7 +17,7 @@ from app.crypto import get_box
 from app.db import get_db
 from app.repo import callback_page as page
 from app.repo.callback_endpoints import EVENTS, EndpointError
-from app.sendrequest import MAX_ID
+from app.inputs import parse_id
 from app.views.pages import now, scope_args, staff_blueprint
 from jobs.callbacks import ring_endpoint
 
@@ -101,12 +101,13 @@ def roll(endpoint_id: int) -> ResponseReturnValue:
 @requires_role("admin")
 def replay(endpoint_id: int) -> ResponseReturnValue:
     raw = request.form.get("callback_id", "").strip().removeprefix("cb_")
-    if not raw.isdigit() or int(raw) > MAX_ID:
+    callback_id = parse_id(raw)
+    if callback_id is None:
         flash("Give the callback's number (cb_123 or 123).", "error")
         return _back()
     try:
         with get_db().transaction() as session:
-            page.replay_one(session, tenant_scope(), endpoint_id, int(raw), staff().email, now())
+            page.replay_one(session, tenant_scope(), endpoint_id, callback_id, staff().email, now())
     except page.NotYoursError:
         flash(f"No callback cb_{raw} of endpoint {endpoint_id}.", "error")
         return _back()

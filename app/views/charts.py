@@ -13,6 +13,7 @@ from markupsafe import Markup
 
 from app.auth import tenant_scope
 from app.db import get_db
+from app.inputs import parse_id
 from app.repo.charts import RANGES, Series, read_series
 from app.repo.overview import list_identities
 from app.views.pages import duration, now, staff_blueprint
@@ -88,9 +89,10 @@ def index() -> ResponseReturnValue:
         identities = list_identities(session, scope)
         ids = [i.id for i in identities]
         if chosen:
-            if not chosen.isdigit() or int(chosen) not in ids:
+            chosen_id = parse_id(chosen)
+            if chosen_id is None or chosen_id not in ids:
                 abort(404)
-            ids = [int(chosen)]
+            ids = [chosen_id]
         series = read_series(session, ids, now(), range_name) if ids else None
     return render_template(
         "charts/index.html",

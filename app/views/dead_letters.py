@@ -68,6 +68,8 @@ def index() -> ResponseReturnValue:
         next_args={**kept, "after": next_cursor.encode()} if next_cursor else None,
         first_args=kept if after else None,
         export_args=kept,
+        # The new-dead-letters badge carries its own `since` (when this page loaded).
+        badge_args={k: v for k, v in kept.items() if k != "since"},
         identities=identities,
         classes=CLASSES,
         lanes=LANES,

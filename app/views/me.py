@@ -35,12 +35,12 @@ def time_zone() -> ResponseReturnValue:
         flash(f"Not saved: {chosen[:64]!r} is not a time zone this server knows.", "refused")
         return redirect(url_for("me.index", **scope_args()))
     with get_db().transaction() as session:
-        set_time_zone(session, int(staff().get_id()), chosen or None)
+        set_time_zone(session, staff().member.id, chosen or None)
         record_audit(
             session,
             staff().email,
             "staff.time_zone",
-            f"staff:{staff().get_id()}",
+            f"staff:{staff().member.id}",
             now(),
             {"time_zone": chosen or "UTC", "via": "web"},
             tenant_id=staff().tenant_id,

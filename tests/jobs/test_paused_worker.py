@@ -102,10 +102,14 @@ def test_a_worker_paused_past_its_lease_before_its_call_stands_down(env: Env) ->
 def test_a_pause_the_lease_check_cannot_see_is_stopped_by_the_calls_latest_end(env: Env) -> None:
     """The same pause, hidden from the check (as one between the check and the call would
     be). The call's deadline is the check's own latest end, fixed at the claim, so the
-    call never starts: no second copy. (Before, the call took its deadline from its own
-    start, and this pause sent a second copy.)"""
+    call never starts: the provider module refuses it (`not_started`) and the worker
+    stands down, its give-back fenced off by the re-claim. No second copy. (Before, the
+    call took its deadline from its own start, and this pause sent a second copy.)"""
     number = env.number(honour_idempotency_keys=False)
     message_id = env.send(number, "15551234001")
-    outcome, _ = run_paused_worker(env, message_id, "--no-check")
-    assert "not recorded" in outcome  # its write is fenced off
+    outcome, log = run_paused_worker(env, message_id, "--no-check")
+    # Stood down, and not given back: the second worker's claim holds the row.
+    assert outcome == "stood down: lease lapsed before the call", outcome
+    assert "standing down without sending" in log
     assert len(env.accepted(number)) == 1  # and no copy went out
+    assert env.message(message_id).status in ("sent", "delivered", "read")

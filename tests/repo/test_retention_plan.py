@@ -87,6 +87,25 @@ DELIVERIES = text(
     FROM generate_series(1, :count) AS n
     """
 )
+CALLBACKS = [
+    text(
+        """
+        INSERT INTO callback_endpoints (id, tenant_id, url, host, events, enabled,
+            secret_sealed, failures_in_row, created_at, updated_at)
+        VALUES (1, :tenant, 'https://crm.example/hook', 'crm.example', '["*"]', true,
+            'sealed', 0, :old, :old)
+        """
+    ),
+    text(
+        """
+        INSERT INTO callbacks (endpoint_id, message_id, sequence, event, payload, created_at,
+            state, attempts, next_attempt_at, delivered_at)
+        SELECT 1, id, 1, 'delivered', '{"to": "x"}'::json, created_at, 'delivered', 1,
+            created_at, created_at
+        FROM messages
+        """
+    ),
+]
 STATUSES = text(
     """
     INSERT INTO webhook_statuses (delivery_id, provider, identity_id, dedupe_key, status,
@@ -111,7 +130,7 @@ def test_a_purge_batch_reads_about_a_batch_of_rows(db: Database) -> None:
         "count": DONE + LEFT,
     }
     with db.transaction() as session:
-        for statement in (HISTORY, *ATTEMPTS_AND_EVENTS, DELIVERIES, STATUSES):
+        for statement in (HISTORY, *ATTEMPTS_AND_EVENTS, *CALLBACKS, DELIVERIES, STATUSES):
             session.execute(statement, values)
         for table in (
             "messages",
@@ -119,6 +138,7 @@ def test_a_purge_batch_reads_about_a_batch_of_rows(db: Database) -> None:
             "message_events",
             "webhook_deliveries",
             "webhook_statuses",
+            "callbacks",
         ):
             session.execute(text(f"ANALYZE {table}"))
 

@@ -37,6 +37,7 @@ class MessageLife(RuleBasedStateMachine):
         self.clock = T0
         self.snapshot = self.read()
         self.requeued = False
+        self.last_source: Source | None = None
 
     def read(self) -> dict[str, object]:
         with self.database.transaction() as session:
@@ -51,6 +52,7 @@ class MessageLife(RuleBasedStateMachine):
         return self.clock
 
     def move(self, target: str, source: Source, **kwargs: object) -> None:
+        self.last_source = source
         with self.database.transaction() as session:
             apply_status(session, self.message_id, Status(target), source, self.tick(), **kwargs)  # type: ignore[arg-type]
 
@@ -108,6 +110,10 @@ class MessageLife(RuleBasedStateMachine):
             assert new == "failed", "failed was left without a requeue"
         elif new != "failed":
             assert RANK[Status(new)] >= RANK[Status(old)], f"moved backwards {old} -> {new}"
+        elif old == "queued":
+            # Only a worker fails a message nobody has claimed: its validity ended first
+            # (`expired`, never sent).
+            assert self.last_source is Source.WORKER, f"failed from queued by {self.last_source}"
         else:
             assert old in ("sending", "sent"), f"failed from {old}"
         if new == "sending":
@@ -116,6 +122,7 @@ class MessageLife(RuleBasedStateMachine):
             if before[column] is not None:
                 assert after[column] == before[column], f"{column} overwritten"
         self.requeued = False
+        self.last_source = None
 
 
 def test_random_interleavings_never_move_a_message_backwards(db: Database) -> None:
