@@ -35,7 +35,7 @@ from redis import Redis  # noqa: E402
 from sqlalchemy import create_engine, make_url, text  # noqa: E402
 
 # BENCH_DATABASE_URL / BENCH_REDIS_URL point a run elsewhere (a database of its own when
-# several people share the machine); the defaults are the ones the README names.
+# several people share the machine); the defaults are the ones docs/performance.md names.
 PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgresql+psycopg://127.0.0.1:5432/bench")
 PG_DATABASE = PG_URL.rsplit("/", 1)[1].split("?", 1)[0]
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")

@@ -192,7 +192,7 @@ def test_the_ticket_summary_states_the_failure_masked_and_without_the_body(
     assert f"Message #{message_id} via whatsapp, to …4321" in summary
     assert "State: failed since 2026-11-30 12:00:00 UTC (10 m ago)" in summary
     assert "Provider error: 132001 (class needs_human)" in summary
-    # None of the provider's free text: its title can echo parameters (README agrees).
+    # None of the provider's free text: its title can echo parameters (docs/dashboard.md agrees).
     assert "Template name does not exist" not in summary
     assert "Meaning: " in summary
     assert "Attempts: 1 this cycle, 1 in all" in summary
