@@ -2,7 +2,7 @@
 
 Request schemas come from the pydantic models that validate requests, so the document
 cannot drift from what the API accepts. Every route of the app is here, except those in
-`INTERNAL` (`app/views/internal_routes.py`, documented in the README).
+`INTERNAL` (`app/views/internal_routes.py`, documented in `docs/endpoints.md`).
 """
 
 from __future__ import annotations
