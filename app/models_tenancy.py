@@ -92,3 +92,7 @@ class Identity(Base):
     # WhatsApp: the business account (WABA) the number belongs to, which Meta's account and
     # template webhooks name instead of the number (given, or learned from a delivery).
     business_account_id: Mapped[str | None] = mapped_column(String(100), index=True)
+    # Seconds a message on each lane may still be sent when its request gives neither
+    # `valid_for` nor `expires_at` (None: no limit; app/validity.py bounds it).
+    reply_valid_for: Mapped[int | None] = mapped_column(Integer)
+    campaign_valid_for: Mapped[int | None] = mapped_column(Integer)
