@@ -13,7 +13,15 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 MAX_KEY_LENGTH = 255
 MAX_ID = 2**63 - 1  # PostgreSQL's bigint: every id we store is at most this
@@ -101,7 +109,10 @@ class SendRequest(BaseModel):
 
     @field_validator("identity_id", "valid_for", mode="before")
     @classmethod
-    def _no_bool_or_text_ids(cls, value: Any) -> Any:
+    def _no_bool_or_text_ids(cls, value: Any, info: ValidationInfo) -> Any:
+        # A JSON null `valid_for` is one not given, as for the other optional fields.
+        if value is None and info.field_name == "valid_for":
+            return value
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError("must be a whole number")
         return value

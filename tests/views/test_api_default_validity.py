@@ -14,7 +14,7 @@ from app.repo.identity_validity import set_default_validity
 from app.repo.windows import open_window
 
 from ..factories import World
-from .test_api import body, client, post, world  # noqa: F401
+from .test_api import body, client, count_messages, post, world  # noqa: F401
 from .test_api_schedule import iso
 
 
@@ -112,3 +112,26 @@ def test_a_retry_after_the_default_changed_returns_the_stored_message(
     assert again.status_code == 200
     assert again.get_json()["id"] == first["id"]
     assert again.get_json()["expires_at"] == first["expires_at"] is not None
+
+
+def test_bad_validities_are_refused_whatever_the_default(
+    client: FlaskClient,  # noqa: F811
+    world: World,  # noqa: F811
+    db: Database,
+) -> None:
+    set_defaults(db, world, reply=600, campaign=600)
+    for extra in ({"valid_for": 0}, {"valid_for": 36 * 86400}, {"expires_at": "soon"}):
+        response = post(client, world, body(world, lane="reply", **extra))
+        assert response.status_code == 400, response.get_json()
+        assert response.get_json()["field"] in extra
+    assert count_messages(db) == 0
+
+
+def test_a_null_validity_is_one_not_given_and_takes_the_default(
+    client: FlaskClient,  # noqa: F811
+    world: World,  # noqa: F811
+    db: Database,
+) -> None:
+    set_defaults(db, world, reply=600)
+    answer = sent(client, world, lane="reply", valid_for=None, expires_at=None)
+    assert validity(answer) == timedelta(minutes=10)
