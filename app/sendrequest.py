@@ -99,12 +99,15 @@ class SendRequest(BaseModel):
         le=MAX_AHEAD_SECONDS,
         description="Seconds the message may still be sent, counted from when it is due "
         "(`send_at`, else now), at most 35 days. Not called by then, it ends `failed` with "
-        "failure class `expired`; never sent late. Give this or `expires_at`, not both.",
+        "failure class `expired`; never sent late. Give this or `expires_at`, not both. "
+        "Give neither (or null) and the identity's default validity for the message's lane "
+        "applies, if it has one; given, this wins over that default, longer or shorter.",
     )
     expires_at: AwareDatetime | None = Field(
         default=None,
         description="Never sent after this time (ISO 8601 with its offset, at most 35 days "
-        "after it is due, and after `send_at`): then `failed` with failure class `expired`.",
+        "after it is due, and after `send_at`): then `failed` with failure class `expired`. "
+        "Like `valid_for`, it wins over the identity's default validity for the lane.",
     )
 
     @field_validator("identity_id", "valid_for", mode="before")
