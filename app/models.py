@@ -11,7 +11,6 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Boolean,
-    Float,
     ForeignKey,
     Index,
     Integer,
@@ -31,89 +30,11 @@ from app.models_operations import BulkPlan as BulkPlan
 from app.models_operations import BulkPlanItem as BulkPlanItem
 from app.models_staff import SignInThrottle as SignInThrottle
 from app.models_staff import Staff as Staff
-
-# Purged content is kept this many days unless a tenant says otherwise (docs/api.md).
-DEFAULT_RETENTION_DAYS = 30
-
-
-class Tenant(Base):
-    __tablename__ = "tenants"
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    name: Mapped[str] = mapped_column(String(100), unique=True)
-    # API key = "<prefix>.<secret>": looked up by prefix, the secret compared as SHA-256.
-    api_key_prefix: Mapped[str] = mapped_column(String(32), unique=True)
-    api_key_hash: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime]
-    # Intake limits (None: none) and how long content is kept (app/views/intake.py, retention).
-    max_requests_per_second: Mapped[float | None] = mapped_column(Float)
-    max_waiting: Mapped[int | None] = mapped_column(Integer)
-    retention_days: Mapped[int] = mapped_column(
-        Integer, default=DEFAULT_RETENTION_DAYS, server_default=str(DEFAULT_RETENTION_DAYS)
-    )
-
-
-class Identity(Base):
-    """A sending identity: the number or Page a reply comes back to."""
-
-    __tablename__ = "identities"
-    __table_args__ = (
-        # One Twilio account has many senders: there the identity is (Account SID, From).
-        Index(
-            "uq_identities_provider_account_id",
-            "provider",
-            "account_id",
-            unique=True,
-            postgresql_where=text("provider <> 'twilio'"),
-            sqlite_where=text("provider <> 'twilio'"),
-        ),
-        Index(
-            "uq_identities_twilio_account_id_sender",
-            "provider",
-            "account_id",
-            "sender",
-            unique=True,
-            postgresql_where=text("provider = 'twilio'"),
-            sqlite_where=text("provider = 'twilio'"),
-        ),
-    )
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
-    provider: Mapped[str] = mapped_column(String(20))
-    account_id: Mapped[str] = mapped_column(String(100))
-    base_url: Mapped[str] = mapped_column(String(500))
-    # Fernet ciphertexts under a key derived from SECRET_KEY; never logged or shown.
-    token_encrypted: Mapped[str] = mapped_column(Text)
-    app_secret_encrypted: Mapped[str | None] = mapped_column(Text)
-    verify_token_hash: Mapped[str | None] = mapped_column(String(64), index=True)
-    sender: Mapped[str | None] = mapped_column(String(100))
-    reply_rate: Mapped[float] = mapped_column(Float, default=20.0)
-    campaign_rate: Mapped[float] = mapped_column(Float, default=10.0)
-    total_rate: Mapped[float] = mapped_column(Float, default=80.0)
-    paused_at: Mapped[datetime | None]
-    paused_reason: Mapped[str | None] = mapped_column(Text)
-    paused_by: Mapped[str | None] = mapped_column(String(200))
-    # The campaign lane alone paused: replies go on, campaigns wait (none is failed).
-    campaign_paused_at: Mapped[datetime | None]
-    campaign_paused_reason: Mapped[str | None] = mapped_column(Text)
-    campaign_paused_by: Mapped[str | None] = mapped_column(String(200))
-    # When the current token and app secret were given: the only thing shown of them.
-    token_set_at: Mapped[datetime | None]
-    app_secret_set_at: Mapped[datetime | None]
-    # A broken-sender answer to an attempt claimed before either of these is stale: it
-    # was given to the old token, and must not pause the identity again.
-    resumed_at: Mapped[datetime | None]
-    credentials_changed_at: Mapped[datetime | None]
-    # Bumped with every new token or app secret, in the same UPDATE: an attempt knows which
-    # credentials it was sent with exactly, whatever the clocks say.
-    credentials_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    created_at: Mapped[datetime]
-    # The stuck-queue alert's threshold for this identity, seconds (None: RATCHET_STUCK_AFTER).
-    stuck_after: Mapped[float | None] = mapped_column(Float)
-    # WhatsApp: the business account (WABA) the number belongs to, which Meta's account and
-    # template webhooks name instead of the number (given, or learned from a delivery).
-    business_account_id: Mapped[str | None] = mapped_column(String(100), index=True)
+from app.models_tenancy import DEFAULT_RETENTION_DAYS as DEFAULT_RETENTION_DAYS
+from app.models_tenancy import Identity as Identity
+from app.models_tenancy import Tenant as Tenant
+from app.models_webhooks import WebhookDelivery as WebhookDelivery
+from app.models_webhooks import WebhookStatus as WebhookStatus
 
 
 class Message(Base):
@@ -398,75 +319,6 @@ class MessageEvent(Base):
     detail: Mapped[dict[str, Any] | None]
     # (provider, provider message id, status): the same status seen again adds no event.
     dedupe_key: Mapped[str | None] = mapped_column(String(400), unique=True)
-
-
-class WebhookDelivery(Base):
-    """A provider's raw delivery, committed before anything is applied."""
-
-    __tablename__ = "webhook_deliveries"
-    __table_args__ = (
-        Index(
-            "ix_webhook_deliveries_unpurged",
-            "identity_id",
-            "received_at",
-            postgresql_where=text("purged_at IS NULL"),
-            sqlite_where=text("purged_at IS NULL"),
-        ),
-    )
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    provider: Mapped[str] = mapped_column(String(20))
-    identity_id: Mapped[int | None] = mapped_column(ForeignKey("identities.id"))
-    headers: Mapped[dict[str, Any]]
-    body: Mapped[str] = mapped_column(Text)
-    received_at: Mapped[datetime]
-    # Retention emptied `headers` and `body` (and its statuses' payloads) at this time.
-    purged_at: Mapped[datetime | None]
-
-
-class WebhookStatus(Base):
-    """One status from a delivery; unapplied ones are replayed by the sweeper.
-
-    `dedupe_key` (provider, provider message id, status) makes a duplicate add nothing.
-    """
-
-    __tablename__ = "webhook_statuses"
-    __table_args__ = (
-        # Only the statuses still to apply (the sweeper's replay, the expiry of parked
-        # ones, a hold's check): an applied status leaves it, and applying one adds nothing.
-        Index(
-            "ix_webhook_statuses_pending",
-            "received_at",
-            postgresql_where=text("applied_at IS NULL"),
-            sqlite_where=text("applied_at IS NULL"),
-        ),
-        Index("ix_webhook_statuses_provider_message_id", "provider", "provider_message_id"),
-        # A message's page lists the statuses that named it.
-        Index("ix_webhook_statuses_message_id", "message_id"),
-        # Retention purges a delivery's statuses with it (and checks none is still pending).
-        Index("ix_webhook_statuses_delivery_id", "delivery_id"),
-    )
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    delivery_id: Mapped[int] = mapped_column(ForeignKey("webhook_deliveries.id"))
-    provider: Mapped[str] = mapped_column(String(20))
-    # Null for a status naming a number we do not know, in a delivery that verified: kept
-    # verbatim and unmatched (refusing the batch would make Meta resend it for ever).
-    identity_id: Mapped[int | None] = mapped_column(ForeignKey("identities.id"))
-    # The routing id the status came under (WhatsApp: phone_number_id).
-    routing_id: Mapped[str | None] = mapped_column(String(100))
-    dedupe_key: Mapped[str] = mapped_column(String(400), unique=True)
-    provider_message_id: Mapped[str | None] = mapped_column(String(200))
-    correlation_id: Mapped[str | None] = mapped_column(String(512))
-    status: Mapped[str] = mapped_column(String(20))
-    provider_time: Mapped[datetime | None]
-    received_at: Mapped[datetime]
-    payload: Mapped[dict[str, Any]]
-    # Null until it was applied or refused; `parked` while no message matches yet.
-    applied_at: Mapped[datetime | None]
-    result: Mapped[str | None] = mapped_column(String(20))
-    message_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id"))
-    tries: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class ConversationWindow(Base):

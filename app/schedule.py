@@ -3,7 +3,9 @@
 
 `send_at` still ahead becomes the message's `not_before`; one already past means now and
 stores nothing. The validity, `valid_for` seconds counted from when the message is due
-(`send_at`, else now) or an `expires_at`, becomes `expires_at`.
+(`send_at`, else now) or an `expires_at`, becomes `expires_at`. A request that gives
+neither takes the identity's default validity for the message's lane, counted the same way
+(`with_default_validity`): an explicit value always wins, even a longer one.
 """
 
 from __future__ import annotations
@@ -51,3 +53,14 @@ def schedule(request: SendRequest, now: datetime) -> Schedule:
             )
         expires_at = request.expires_at
     return Schedule(not_before, expires_at)
+
+
+def with_default_validity(
+    when: Schedule, request: SendRequest, default: int | None, now: datetime
+) -> Schedule:
+    """`when`, expiring after the identity's default validity for the lane (seconds, counted
+    from when the message is due) if the request gave neither `valid_for` nor `expires_at`."""
+    if default is None or request.valid_for is not None or request.expires_at is not None:
+        return when
+    due = when.not_before or now
+    return Schedule(when.not_before, due + timedelta(seconds=default))

@@ -13,7 +13,15 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 MAX_KEY_LENGTH = 255
 MAX_ID = 2**63 - 1  # PostgreSQL's bigint: every id we store is at most this
@@ -91,17 +99,23 @@ class SendRequest(BaseModel):
         le=MAX_AHEAD_SECONDS,
         description="Seconds the message may still be sent, counted from when it is due "
         "(`send_at`, else now), at most 35 days. Not called by then, it ends `failed` with "
-        "failure class `expired`; never sent late. Give this or `expires_at`, not both.",
+        "failure class `expired`; never sent late. Give this or `expires_at`, not both. "
+        "Give neither (or null) and the identity's default validity for the message's lane "
+        "applies, if it has one; given, this wins over that default, longer or shorter.",
     )
     expires_at: AwareDatetime | None = Field(
         default=None,
         description="Never sent after this time (ISO 8601 with its offset, at most 35 days "
-        "after it is due, and after `send_at`): then `failed` with failure class `expired`.",
+        "after it is due, and after `send_at`): then `failed` with failure class `expired`. "
+        "Like `valid_for`, it wins over the identity's default validity for the lane.",
     )
 
     @field_validator("identity_id", "valid_for", mode="before")
     @classmethod
-    def _no_bool_or_text_ids(cls, value: Any) -> Any:
+    def _no_bool_or_text_ids(cls, value: Any, info: ValidationInfo) -> Any:
+        # A JSON null `valid_for` is one not given, as for the other optional fields.
+        if value is None and info.field_name == "valid_for":
+            return value
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError("must be a whole number")
         return value

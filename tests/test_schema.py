@@ -186,3 +186,55 @@ def test_a_provider_token_cannot_be_read_from_the_raw_row_without_the_secret_key
         pass
     else:  # pragma: no cover - the assertion that matters
         raise AssertionError("a different SECRET_KEY read the token")
+
+
+def identity_columns(engine: Engine) -> set[str]:
+    return {column["name"] for column in inspect(engine).get_columns("identities")}
+
+
+def test_migration_0023_adds_and_removes_the_default_validity_on_postgresql(
+    pg_url: str,
+) -> None:
+    engine = build_engine(pg_url)
+    validity = {"reply_valid_for", "campaign_valid_for"}
+    try:
+        downgrade(engine, "0021")
+        assert migrate.current_revision(engine) == "0021"
+        assert not validity & identity_columns(engine)
+    finally:
+        migrate.upgrade(engine)
+    assert migrate.current_revision(engine) == migrate.head_revision()
+    assert validity <= identity_columns(engine)
+    engine.dispose()
+
+
+def test_migration_0023_goes_down_and_up_again_on_sqlite_keeping_the_identities(
+    tmp_path: Path,
+) -> None:
+    engine = build_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
+    migrate.upgrade(engine)
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO tenants (name, api_key_prefix, api_key_hash, created_at) "
+                "VALUES ('acme', 'p', 'h', '2026-12-04 12:00:00')"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO identities (tenant_id, provider, account_id, base_url, "
+                "token_encrypted, reply_rate, campaign_rate, total_rate, created_at, "
+                "reply_valid_for) VALUES (1, 'whatsapp', '1', 'http://x', 't', 1, 1, 1, "
+                "'2026-12-04 12:00:00', 600)"
+            )
+        )
+    downgrade(engine, "0021")
+    assert "reply_valid_for" not in identity_columns(engine)
+    migrate.upgrade(engine)
+    with engine.connect() as connection:
+        row = connection.execute(
+            text("SELECT account_id, reply_valid_for, campaign_valid_for FROM identities")
+        ).one()
+    engine.dispose()
+    # The identity stays; its default is gone with the downgrade (no limit after it).
+    assert tuple(row) == ("1", None, None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from flask import Flask
 
 from app.cli.alerts import alerts_cli
+from app.cli.identity_validity import identity_validity_command
 from app.cli.operations import message_cli
 from app.cli.processes import demo_command, sandbox_command, sweep_command, worker_command
 from app.cli.setup import db_cli, identity_cli, staff_cli, tenant_cli
@@ -21,3 +22,4 @@ def init_app(app: Flask) -> None:
         app.cli.add_command(command)
     app.cli.add_command(alerts_cli)
     tenant_cli.add_command(tenant_settings_command)
+    identity_cli.add_command(identity_validity_command)

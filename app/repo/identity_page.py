@@ -41,6 +41,8 @@ class IdentityRow:
     app_secret_set_at: datetime | None
     credentials_version: int
     business_account_id: str | None = None
+    # Seconds each lane's messages may still be sent when the request gives no validity.
+    valid_for: dict[str, int | None] = field(default_factory=dict)
     open_windows: int = 0
     waiting: dict[str, int] = field(default_factory=lambda: {"reply": 0, "campaign": 0})
     # Meta's account-level news (`app/repo/account_news.py`), for WhatsApp identities.
@@ -72,6 +74,7 @@ def _row(identity: Identity, tenant_name: str) -> IdentityRow:
         or (identity.created_at if identity.app_secret_encrypted else None),
         credentials_version=identity.credentials_version,
         business_account_id=identity.business_account_id,
+        valid_for={"reply": identity.reply_valid_for, "campaign": identity.campaign_valid_for},
     )
 
 

@@ -18,11 +18,12 @@ from app.providers import PROVIDERS
 from app.repo.callback_endpoints import set_message_callback, status_callback_endpoint
 from app.repo.cancels import cancel_message
 from app.repo.identities import get_identity
+from app.repo.identity_validity import lane_default
 from app.repo.listing import get_tenant_message
 from app.repo.messages import NewMessage, create_message, mark_unrung
 from app.repo.template_holds import note_if_held
 from app.repo.windows import is_window_open
-from app.schedule import schedule
+from app.schedule import schedule, with_default_validity
 from app.sendrequest import (
     MAX_ID,
     RequestError,
@@ -158,6 +159,8 @@ def create() -> ResponseReturnValue:
                 return json_error(422, found, field="status_callback")
             callback = found
         lane = send.lane or _default_lane(session, identity.id, recipient, send.text, now)
+        # Only now is the lane known, and with it the identity's default validity for it.
+        when = with_default_validity(when, send, lane_default(identity, lane), now)
         request_fingerprint = fingerprint(send, recipient)
         message, created = create_message(
             session,

@@ -1,7 +1,8 @@
-"""Identities (`/identities`): each sender's provider, rates, pace, pauses and open windows;
-pause and resume (the whole identity or its campaign lane) for operators; rates and secret
-replacement for admins. Secrets are write-only: the page shows when they were set, never
-them. Every action is one transaction with its audit row; drains are rung after it."""
+"""Identities (`/identities`): each sender's provider, rates, pace, pauses, open windows and
+default validity per lane; pause and resume (the whole identity or its campaign lane) for
+operators; rates, secret replacement and the default validity for admins. Secrets are
+write-only: the page shows when they were set, never them. Every action is one transaction
+with its audit row; drains are rung after it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from app.db import get_db
 from app.repo import identity_actions
 from app.repo.identities import BusinessAccountError, RatesError, TokenError
 from app.repo.identity_page import IdentityNotFoundError, identity_rows, scoped_identity
+from app.repo.identity_validity import set_default_validity
+from app.validity import LANES, ValidityError, describe_validity, parse_validity
 from app.views.pages import is_htmx, now, scope_args, staff_blueprint
 from jobs.drain import ring_message
 from jobs.pacing import Pace, paces
@@ -241,4 +244,36 @@ def business_account(identity_id: int) -> ResponseReturnValue:
         flash(f"Identity {identity_id}: nothing changed: {exc}.", "refused")
         return _back()
     flash(f"Identity {identity_id}: business account {value} stored.", "ok")
+    return _back()
+
+
+@bp.post("/identities/<int:identity_id>/validity")
+@requires_role("admin")
+def validity(identity_id: int) -> ResponseReturnValue:
+    """Each lane's default validity: seconds or `10m`, `24h`, `2d`; empty or `none` for no
+    limit. A lane left out of the form keeps its value; one bad value changes nothing."""
+    try:
+        wanted = {
+            lane: parse_validity(request.form[f"{lane}_valid_for"])
+            for lane in LANES
+            if f"{lane}_valid_for" in request.form
+        }
+        with get_db().transaction() as session:
+            scoped_identity(session, identity_id, tenant_scope())
+            changed = set_default_validity(
+                session, identity_id, wanted, actor=staff().email, now=now(), via="web"
+            )
+    except IdentityNotFoundError as exc:
+        raise NotFound() from exc
+    except ValidityError as exc:
+        flash(f"Default validity of identity {identity_id} not changed: {exc}.", "refused")
+        return _back()
+    if not changed:
+        flash(f"Identity {identity_id}: default validity unchanged.", "refused")
+        return _back()
+    words = "; ".join(
+        f"{lane} lane {describe_validity(before)} → {describe_validity(after)}"
+        for lane, (before, after) in changed.items()
+    )
+    flash(f"Identity {identity_id}: default validity {words}. New messages take it.", "ok")
     return _back()

@@ -44,6 +44,7 @@ INTERNAL = {
     "/identities/<int:identity_id>/rates",
     "/identities/<int:identity_id>/credentials",
     "/identities/<int:identity_id>/business-account",
+    "/identities/<int:identity_id>/validity",
     "/identities/<int:identity_id>/events",
     "/staff",
     "/staff/<int:staff_id>/role",

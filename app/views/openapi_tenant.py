@@ -130,6 +130,7 @@ def document() -> dict[str, Any]:
         "type": ["string", "null"],
         "format": "date-time",
         "description": "never sent after this time: not called by then, it ends `failed` "
-        "with failure class `expired` (null: no limit)",
+        "with failure class `expired` (null: no limit). From the request's `valid_for` or "
+        "`expires_at`, else from the identity's default validity for the message's lane",
     }
     return document

@@ -18,6 +18,7 @@ from app.auth import dashboard_now, login_manager, staff, tenant_scope
 from app.db import get_db
 from app.lifecycle import Status
 from app.repo.overview import list_tenants
+from app.validity import describe_validity, written_validity
 
 # Glyph + word + colour class: a state is never told by colour alone.
 STATE_GLYPHS = {
@@ -237,6 +238,8 @@ def init_app(app: Flask) -> None:
         hide_number=hide_number,
         mask_key=mask_key,
         state_badge=state_badge,
+        validity=describe_validity,
+        written_validity=written_validity,
     )
     app.jinja_env.globals.update(FINAL_STATES=FINAL_STATES)
     app.context_processor(_page_context)

@@ -34,6 +34,12 @@ def iso(when: datetime) -> str:
         ({"valid_for": 60, "expires_at": "+1 hour"}, "valid_for"),
         ({"send_at": "+2 hours", "expires_at": "+1 hour"}, "expires_at"),
         ({"expires_at": "-1 hour"}, "expires_at"),
+        ({"send_at": ""}, "send_at"),
+        ({"send_at": "2030-02-30T09:00:00Z"}, "send_at"),  # no such day
+        ({"valid_for": 60.5}, "valid_for"),
+        ({"expires_at": "+36 days"}, "expires_at"),
+        ({"send_at": "+2 hours", "expires_at": "+2 hours"}, "expires_at"),  # ends as it starts
+        ({"send_at": "+2 hours", "expires_at": "+37 days"}, "expires_at"),
     ],
 )
 def test_bad_times_are_a_json_400_naming_the_field_and_store_nothing(
@@ -49,6 +55,8 @@ def test_bad_times_are_a_json_400_naming_the_field_and_store_nothing(
         "+2 hours": now + timedelta(hours=2),
         "+1 hour": now + timedelta(hours=1),
         "-1 hour": now - timedelta(hours=1),
+        "+36 days": now + timedelta(days=36),
+        "+37 days": now + timedelta(days=37),
     }
     values = {k: iso(offsets[v]) if v in offsets else v for k, v in extra.items()}
     response = post(client, world, body(world, **values))
