@@ -16,7 +16,7 @@
    (app/repo/callback_retention.py).
 
 Revision ID: 0021
-Revises: 0018
+Revises: 0020
 Create Date: 2026-12-04
 """
 
