@@ -15,9 +15,9 @@ from app.auth import requires_role, staff, tenant_scope
 from app.callback_urls import CallbackUrlError, validate_callback_url
 from app.crypto import get_box
 from app.db import get_db
+from app.inputs import parse_id
 from app.repo import callback_page as page
 from app.repo.callback_endpoints import EVENTS, EndpointError
-from app.inputs import parse_id
 from app.views.pages import now, scope_args, staff_blueprint
 from jobs.callbacks import ring_endpoint
 

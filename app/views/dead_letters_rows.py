@@ -9,6 +9,7 @@ offers the dead letters that failed since."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from flask import render_template, request, url_for
 from flask.typing import ResponseReturnValue
@@ -57,7 +58,9 @@ def rows() -> ResponseReturnValue:
             current = scoped_message(session, message_id, scope)
             if current is not None:  # another tenant's id is simply left out
                 found.append(ShownRow(message_id, None, current.status))
-    kept = {k: v for k, v in request.args.items() if k not in ("ids", "after") and v}
+    kept: dict[str, Any] = {
+        k: v for k, v in request.args.items() if k not in ("ids", "after") and v
+    }
     return render_template(
         "dead_letters/_list.html",
         shown=found,
