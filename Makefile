@@ -11,6 +11,10 @@ HTMX_STAMP := static/vendor/.stamp-htmx-$(HTMX_VERSION)
 # Its idiomorph extension: polls morph what changed, keeping focus and scroll.
 IDIOMORPH_VERSION := 0.8.0
 IDIOMORPH_STAMP := static/vendor/.stamp-idiomorph-$(IDIOMORPH_VERSION)
+# axe-core, for the browser tests only (never served): Playwright injects it into every
+# dashboard page and the tests assert it finds no accessibility violation.
+AXE_VERSION := 4.14.1
+AXE_STAMP := tests/browser/vendor/.stamp-axe-$(AXE_VERSION)
 
 .PHONY: run test install assets lint services browser clean
 
@@ -31,7 +35,10 @@ $(HTMX_STAMP):
 $(IDIOMORPH_STAMP):
 	@bash scripts/fetch-idiomorph $(IDIOMORPH_VERSION)
 
-assets: $(HTMX_STAMP) $(IDIOMORPH_STAMP)
+$(AXE_STAMP):
+	@bash scripts/fetch-axe $(AXE_VERSION)
+
+assets: $(HTMX_STAMP) $(IDIOMORPH_STAMP) $(AXE_STAMP)
 
 run: install assets
 	$(BIN)/python -m app.launcher
@@ -51,4 +58,4 @@ lint: install
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) instance static/vendor
+	rm -rf $(VENV) instance static/vendor tests/browser/vendor

@@ -23,6 +23,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         charts,
         dead_letters,
         dead_letters_new,
+        dead_letters_rows,
         errors,
         exports,
         health,
@@ -76,6 +77,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(charts.bp)
     app.register_blueprint(exports.bp)
     app.register_blueprint(dead_letters_new.bp)
+    app.register_blueprint(dead_letters_rows.bp)
     app.register_blueprint(me.bp)
     app.register_blueprint(dead_letters.bp)
     app.register_blueprint(messages.bp)

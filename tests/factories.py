@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from app.crypto import SecretBox
 from app.db import Database
@@ -61,6 +62,8 @@ def make_message(
     text: str = "hello",
     key: str | None = None,
     now: datetime = T0,
+    campaign: str | None = None,
+    template: dict[str, Any] | None = None,
 ) -> int:
     with database.transaction() as session:
         message, _ = create_message(
@@ -73,6 +76,8 @@ def make_message(
                 fingerprint="f" * 64,
                 body_text=text,
                 idempotency_key=key,
+                campaign=campaign,
+                template=template,
             ),
             now,
         )

@@ -19,6 +19,7 @@ from app.repo.deadletters import Cursor, Filters, dead_letter_page, dead_letter_
 from app.repo.overview import list_identities
 from app.repo.timeline import scoped_message
 from app.views.auth import safe_next
+from app.views.dead_letters_rows import poll_ids, shown_rows
 from app.views.pages import is_htmx, now, staff_blueprint
 from app.views.requeueing import advice_not_read, run_requeue, shown_cycle
 from jobs.queues import LANES
@@ -62,9 +63,12 @@ def index() -> ResponseReturnValue:
         )
         identities = list_identities(session, scope)
     kept = {k: v for k, v in request.args.items() if k != "after" and v}
+    shown = shown_rows(rows)
     return render_template(
         "dead_letters/index.html",
         rows=rows,
+        shown=shown,
+        ids=poll_ids(shown),
         next_args={**kept, "after": next_cursor.encode()} if next_cursor else None,
         first_args=kept if after else None,
         export_args=kept,

@@ -15,6 +15,7 @@ INTERNAL = {
     "/charts",
     "/dead-letters/export.csv",
     "/dead-letters/new",
+    "/dead-letters/rows",
     "/me",
     "/me/time-zone",
     "/search/export.csv",

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from flask import Flask
@@ -103,3 +104,28 @@ def screenshot(page: Page, name: str) -> Path:
     COPIES.mkdir(exist_ok=True)
     shutil.copy(path, COPIES / path.name)
     return path
+
+
+# axe-core, fetched from the npm registry by `make assets` (scripts/fetch-axe), never committed.
+AXE = Path(__file__).parent / "vendor" / "axe.min.js"
+# Each violation as one line: the rule, its impact, and where (CSS selectors).
+AXE_RUN = """async () => {
+  const result = await axe.run(document);
+  return result.violations.map(v =>
+    `${v.id} (${v.impact}): ${v.help} at ${v.nodes.map(n => n.target.join(" ")).join(", ")}`);
+}"""
+
+
+def axe_violations(page: Page) -> list[str]:
+    """What axe-core finds wrong with the page as it stands, one line per rule broken.
+
+    The page's CSP refuses inline scripts, so axe is not inlined: its script tag points at
+    the page's own origin and Playwright answers that one request from the fetched file."""
+    if not AXE.exists():
+        pytest.fail(f"{AXE} is missing: `make assets` fetches it (scripts/fetch-axe)")
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        origin = urlsplit(page.url)
+        url = f"{origin.scheme}://{origin.netloc}/_test/axe.min.js"
+        page.route(url, lambda route: route.fulfill(path=AXE), times=1)
+        page.add_script_tag(url=url)
+    return list(page.evaluate(AXE_RUN))

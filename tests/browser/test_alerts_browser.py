@@ -40,7 +40,8 @@ def sandbox(tmp_path: Path) -> Iterator[SandboxProcess]:
     stop_sandbox_process(process)
 
 
-def make_identity(served: Served, sandbox: SandboxProcess) -> World:
+def make_identity(served: Served, sandbox: SandboxProcess, token: str = "good-token") -> World:
+    """A WhatsApp identity on the sandbox's number, which accepts "good-token"."""
     with httpx.Client(timeout=10) as http:
         answer = http.post(
             f"{sandbox.url}/_sandbox/numbers",
@@ -61,7 +62,7 @@ def make_identity(served: Served, sandbox: SandboxProcess) -> World:
             provider="whatsapp",
             account_id=NUMBER,
             base_url=f"{sandbox.url}/v21.0",
-            token="good-token",
+            token=token,
             app_secret="sandbox-app-secret",
             now=utcnow(),
         )

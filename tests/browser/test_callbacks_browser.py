@@ -14,7 +14,7 @@ from jobs.callbacks import deliver_due
 from ..callbacks.conftest import BOX, add_endpoint, at, delivered_message, outbox
 from ..callbacks.receiver import Receiver
 from ..views.dashboard_world import make_staff, make_tenants
-from .conftest import Served, screenshot
+from .conftest import Served, axe_violations, screenshot
 from .test_dashboard_browser import sign_in
 
 pytestmark = pytest.mark.slow
@@ -50,6 +50,7 @@ def test_an_admin_sees_why_an_endpoint_stopped_enables_it_and_replays_a_callback
         expect(rows.nth(1)).to_contain_text('"note": "<b>escaped?</b>"')
         expect(section.locator("pre b")).to_have_count(0)
         screenshot(page, "40-callbacks-endpoint-disabled")
+        assert axe_violations(page) == []  # the receivers' answers in their boxes included
 
         section.get_by_role("button", name=f"Enable endpoint {endpoint_id}").click()
         expect(page.locator(".flash-ok")).to_contain_text("what piled up goes out in order")
@@ -69,5 +70,6 @@ def test_an_admin_sees_why_an_endpoint_stopped_enables_it_and_replays_a_callback
         expect(callbacks).to_contain_text("message.read")
         expect(callbacks.locator("tbody tr").nth(0)).to_contain_text("pending")  # replayed
         screenshot(page, "42-message-callbacks")
+        assert axe_violations(page) == []
     finally:
         receiver.stop()

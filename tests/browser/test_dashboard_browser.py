@@ -119,7 +119,9 @@ def test_search_by_provider_id_opens_the_message_and_a_failed_one_shows_what_to_
         served.db, tenants.acme, error=TEMPLATE_ERROR, accepted_id="wamid.SECONDCOPY"
     )
     sign_in(page, served, "ops@acme.test")
+    page.wait_for_load_state()  # dashboard.js (deferred) listens for "/"
     page.keyboard.press("/")  # the search box takes the focus
+    expect(page.get_by_role("searchbox", name="Search messages")).to_be_focused()
     page.keyboard.type(wamid)
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name=re.compile(f"Message #{message_id}"))).to_be_visible()

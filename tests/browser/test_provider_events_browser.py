@@ -16,7 +16,7 @@ from app.repo.identities import update_identity
 from ..conftest import SECRET_KEY, T0
 from ..meta import BUSINESS_ACCOUNT_ID, account_body, encode, sign
 from ..views.dashboard_world import Tenants, make_staff, make_tenants
-from .conftest import Served, screenshot
+from .conftest import Served, axe_violations, screenshot
 from .test_dashboard_browser import sign_in
 
 pytestmark = pytest.mark.slow
@@ -87,6 +87,7 @@ def test_a_support_person_reads_metas_events_for_an_identity_and_filters_them(
         '"restriction_type":"RESTRICTED_BIZ_INITIATED_MESSAGING"'
     )
     screenshot(page, "31-provider-events")
+    assert axe_violations(page) == []  # the verbatim delivery's box included
 
     page.get_by_label("Kind").select_option("message_template_status_update")
     page.get_by_role("button", name="Filter").click()

@@ -90,6 +90,8 @@ def failed_message(
     minute: int = 0,
     key: str | None = None,
     accepted_id: str | None = None,
+    campaign: str | None = None,
+    template: dict[str, Any] | None = None,
 ) -> int:
     """A message whose one attempt ended in `failure_class` with `error` verbatim.
 
@@ -97,7 +99,15 @@ def failed_message(
     status names it): the provider may hold a deliverable copy.
     """
     when = T0 + timedelta(minutes=minute)
-    message_id = make_message(database, world, recipient=recipient, now=when, key=key)
+    message_id = make_message(
+        database,
+        world,
+        recipient=recipient,
+        now=when,
+        key=key,
+        campaign=campaign,
+        template=template,
+    )
     error = error or {
         "provider": "whatsapp",
         "code": 132001,
