@@ -81,7 +81,7 @@ def ratchet(
     answer_delay_ms: int = 0,
 ) -> dict[str, Any]:
     from app.db import get_db
-    from jobs.drain import ring_identity
+    from jobs.ringing import ring_identity
 
     db = get_db()
     config = app.config["RATCHET"]

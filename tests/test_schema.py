@@ -49,7 +49,7 @@ def test_the_migrations_run_on_a_fresh_sqlite_file_in_wal_mode(tmp_path: Path) -
     engine.dispose()
     assert diff == []
     assert mode == "wal"
-    assert "(identity_id, lane, (id + 0))" in waiting
+    assert "(identity_id, lane, (id + 0), shard_key)" in waiting
     assert "WHERE status IN ('queued', 'sending')" in waiting
     assert {"messages", "message_events", "attempts", "identities", "tenants"} <= tables
 

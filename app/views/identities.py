@@ -19,10 +19,10 @@ from app.repo import identity_actions
 from app.repo.identities import BusinessAccountError, RatesError, TokenError
 from app.repo.identity_page import IdentityNotFoundError, identity_rows, scoped_identity
 from app.views.pages import is_htmx, now, scope_args, staff_blueprint
-from jobs.drain import ring_message
 from jobs.pacing import Pace, paces
 from jobs.queues import get_redis
 from jobs.registry import read_live_by_lane
+from jobs.ringing import ring_message
 
 bp = staff_blueprint("identities", __name__)
 
