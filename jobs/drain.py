@@ -77,7 +77,8 @@ def drain(identity_id: int, lane: str, token: str, shard: int = 0) -> str:
     config: Config = current_app.config["RATCHET"]
     redis = get_redis()
     pacer = Pacer(redis, config.pacing_burst, config.pacing_slowdown, config.pair_limit_wait)
-    return Drain(get_db(), get_box(), config, redis, pacer, identity_id, lane, shard).run(token)
+    drainer = Drain(get_db(), get_box(), config, redis, pacer, identity_id, lane, shard=shard)
+    return drainer.run(token)
 
 
 def wake_drain(identity_id: int, lane: str, shard: int = 0) -> str:
@@ -112,10 +113,10 @@ class Drain:
     pacer: Pacer
     identity_id: int
     lane: str
-    shard: int = 0  # of the lane's shards: this drain claims only that one's messages
     clock: Callable[[], datetime] = utcnow
     monotonic: Callable[[], float] = time.monotonic
     outcomes: Counter[str] = field(default_factory=Counter)
+    shard: int = 0  # of the lane's shards: this drain claims only that one's messages
     # Calls submitted and not yet collected: a reply drain goes on to claim what was rung
     # while these are in flight (`_collect`).
     _in_flight: InFlight = field(init=False, repr=False)
@@ -356,8 +357,7 @@ class Drain:
                     listen(self.pacer, self.identity_id, called.prepared.recipient, called.result)
                 log.info("%s", outcome, extra={"outcome": kind})
 
-    def _context(self, claim: Claim) -> AbstractContextManager[None]:
-        """A send outcome's log context: the message, attempt, identity and lane."""
+    def _context(self, claim: Claim) -> AbstractContextManager[None]:  # a send's log lines
         context = {"message_id": claim.message_id, "attempt": claim.attempt}
         return log_context(**context, identity_id=self.identity_id, lane=self.lane)
 

@@ -95,9 +95,9 @@ def test_two_drains_of_one_identity_send_its_shards_side_by_side_each_conversati
 
     def run(shard: int) -> None:
         token = f"shard{shard}"
-        redis.set(drain_keys(identity_id, LANE, shard)[0], token, px=60_000)
+        redis.set(drain_keys(identity_id, LANE, shard=shard)[0], token, px=60_000)
         pacer = Pacer(redis, config.pacing_burst, config.pacing_slowdown, config.pair_limit_wait)
-        drain = Drain(env.db, env.box, config, redis, pacer, identity_id, LANE, shard)
+        drain = Drain(env.db, env.box, config, redis, pacer, identity_id, LANE, shard=shard)
         with env.app.app_context():
             drain.run(token)
         sent[shard] = drain.outcomes
@@ -138,10 +138,10 @@ def test_two_drains_of_one_identity_share_its_one_pacing_budget(env: Env) -> Non
 
     def run(shard: int) -> None:
         token = f"paced{shard}"
-        redis.set(drain_keys(identity_id, LANE, shard)[0], token, px=60_000)
+        redis.set(drain_keys(identity_id, LANE, shard=shard)[0], token, px=60_000)
         pacer = Pacer(redis, config.pacing_burst, config.pacing_slowdown, config.pair_limit_wait)
         with env.app.app_context():
-            Drain(env.db, env.box, config, redis, pacer, identity_id, LANE, shard).run(token)
+            Drain(env.db, env.box, config, redis, pacer, identity_id, LANE, shard=shard).run(token)
 
     threads = [threading.Thread(target=run, args=(shard,)) for shard in (0, 1)]
     for thread in threads:
