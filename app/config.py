@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from app.shards import MAX_SHARDS
+
 
 class ConfigError(RuntimeError):
     """A setting is missing or malformed; raised at start, never at import."""
@@ -58,6 +60,10 @@ class Config:
     # Provider calls in flight per drain, at most: a ceiling, since the pace keeps them
     # near rate x answer time; each a thread that only calls (no database connection).
     drain_concurrency: int = 64
+    # One lane's shards (`app/shards.py`): ceil(lane rate / shard_rate), 1 to shard_max, each
+    # drained by its own job, so that many workers send one number's messages.
+    shard_rate: float = 250.0
+    shard_max: int = 8
     pacing_burst: float = 0.1  # a bucket's burst, in seconds of its rate
     pacing_slowdown: float = 60.0  # how long a provider's rate-limit answer halves the pace
     # The dashboard: a due message older than this, unclaimed, is stuck (seconds).
@@ -134,6 +140,8 @@ class Config:
             "drain_slice": env_float(env, "RATCHET_DRAIN_SLICE", 5.0),
             "drain_batch": env_int(env, "RATCHET_DRAIN_BATCH", 20),
             "drain_concurrency": env_int(env, "RATCHET_DRAIN_CONCURRENCY", 64),
+            "shard_rate": env_float(env, "RATCHET_SHARD_RATE", 250.0),
+            "shard_max": env_int(env, "RATCHET_SHARD_MAX", 8),
             "pacing_burst": env_float(env, "RATCHET_PACING_BURST", 0.1),
             "pacing_slowdown": env_float(env, "RATCHET_PACING_SLOWDOWN", 60.0),
             "stuck_after": env_float(env, "RATCHET_STUCK_AFTER", 60.0),
@@ -183,6 +191,11 @@ class Config:
             raise ConfigError(
                 "RATCHET_DB_IDLE_IN_TRANSACTION must be 0 (off) or between 0.001 and 86400 "
                 f"seconds, got {idle!r}"
+            )
+        if not (config.shard_rate > 0 and 1 <= config.shard_max <= MAX_SHARDS):
+            raise ConfigError(
+                "RATCHET_SHARD_RATE must be above 0 and RATCHET_SHARD_MAX between 1 and "
+                f"{MAX_SHARDS}, got {config.shard_rate!r} and {config.shard_max!r}"
             )
         if not 0 <= config.trusted_proxies <= 5:
             raise ConfigError(

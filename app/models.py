@@ -17,13 +17,13 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
-    column,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.dbtypes import Base as Base
 from app.dbtypes import BigId
+from app.models_indexes import MESSAGE_INDEXES
 from app.models_operations import AlertEpisode as AlertEpisode
 from app.models_operations import AlertPost as AlertPost
 from app.models_operations import BulkPlan as BulkPlan
@@ -35,191 +35,27 @@ from app.models_tenancy import Identity as Identity
 from app.models_tenancy import Tenant as Tenant
 from app.models_webhooks import WebhookDelivery as WebhookDelivery
 from app.models_webhooks import WebhookStatus as WebhookStatus
+from app.shards import shard_key_of
+
+
+def _shard_key_of_row(context: Any) -> int:
+    """The `shard_key` of a row being inserted, from its `recipient` (Core or ORM)."""
+    return shard_key_of(context.get_current_parameters()["recipient"])
 
 
 class Message(Base):
     __tablename__ = "messages"
-    __table_args__ = (
-        # Idempotency is the index, never check-then-insert.
-        Index(
-            "uq_messages_tenant_idempotency_key",
-            "tenant_id",
-            "idempotency_key",
-            unique=True,
-            postgresql_where=text("idempotency_key IS NOT NULL"),
-            sqlite_where=text("idempotency_key IS NOT NULL"),
-        ),
-        # The queue's questions: due work and its oldest age, per identity and lane.
-        Index("ix_messages_due", "identity_id", "lane", "status", "next_attempt_at"),
-        Index("ix_messages_queued_age", "identity_id", "lane", "status", "queued_at"),
-        Index("ix_messages_provider_message_id", "provider_message_id"),
-        Index("ix_messages_correlation_id", "correlation_id", unique=True),
-        Index("ix_messages_status_failed_at", "status", "failed_at"),
-        # Dead letters, actionable first: the rank is a value in SQL, set when it fails.
-        Index("ix_messages_dead_letters", "status", "dead_letter_rank", "failed_at", "id"),
-        Index("ix_messages_thread", "identity_id", "recipient", "request_started_ms"),
-        # The stuck-queue alert's "no progress": the last claim per identity and lane.
-        Index("ix_messages_last_claim", "identity_id", "lane", "last_attempt_at"),
-        # The delivered-rate and dwell alerts: sends per identity over time.
-        Index("ix_messages_identity_sent_at", "identity_id", "sent_at"),
-        Index("ix_messages_identity_queued_at", "identity_id", "queued_at"),  # chart arrivals
-        # The dashboard's pages, which must not scan the table (issue 14 part 7), and the
-        # drains' claims. Partial on the few rows still waiting, so their size follows the
-        # backlog, not the history. Its last key is the claim's order, `id + 0` (`CLAIM_ORDER`
-        # in app/repo/claims.py): only this index gives that order, so the planner can never walk
-        # the primary key from the table's first row instead.
-        Index(
-            "ix_messages_waiting",
-            "identity_id",
-            "lane",
-            text("(id + 0)"),
-            postgresql_where=text("status IN ('queued', 'sending')"),
-            sqlite_where=text("status IN ('queued', 'sending')"),
-        ),
-        # The claim's conversation order: an earlier waiting message to the same recipient.
-        Index(
-            "ix_messages_conversation",
-            "identity_id",
-            "lane",
-            "recipient",
-            "id",
-            postgresql_where=text("status IN ('queued', 'sending')"),
-            sqlite_where=text("status IN ('queued', 'sending')"),
-        ),
-        # A drain's last question, when nothing is due: when its next lease expires.
-        Index(
-            "ix_messages_leases",
-            "identity_id",
-            "lane",
-            "lease_until",
-            postgresql_where=text("status = 'sending'"),
-            sqlite_where=text("status = 'sending'"),
-        ),
-        # The drains' question each step: which messages owe a verdict now (normally none).
-        Index(
-            "ix_messages_owed_verdicts",
-            "identity_id",
-            "lane",
-            "next_attempt_at",
-            postgresql_where=text("pending_verdict IS NOT NULL"),
-            sqlite_where=text("pending_verdict IS NOT NULL"),
-        ),
-        Index(  # migration 0020: the earliest scheduled message a drain rings itself for
-            "ix_messages_scheduled",
-            "identity_id",
-            "lane",
-            "not_before",
-            postgresql_where=text("status = 'queued' AND not_before IS NOT NULL"),
-            sqlite_where=text("status = 'queued' AND not_before IS NOT NULL"),
-        ),
-        Index(
-            "ix_messages_waiting_age",
-            "queued_at",
-            "id",
-            postgresql_where=text("status IN ('queued', 'sending')"),
-            sqlite_where=text("status IN ('queued', 'sending')"),
-        ),
-        # The last hour on the overview: a range on each state time.
-        Index("ix_messages_sent_at", "sent_at"),
-        Index("ix_messages_delivered_at", "delivered_at"),
-        Index("ix_messages_read_at", "read_at"),
-        # Dead letters in the page's own order (actionable first, newest first), whole and
-        # per tenant, identity and class, so a page reads 51 index entries, never sorts.
-        Index(
-            "ix_messages_dead_letter_order",
-            "dead_letter_rank",
-            column("failed_at").desc(),
-            column("id").desc(),
-            postgresql_where=text("status = 'failed'"),
-            sqlite_where=text("status = 'failed'"),
-        ),
-        Index(
-            "ix_messages_dead_letter_tenant",
-            "tenant_id",
-            "dead_letter_rank",
-            column("failed_at").desc(),
-            column("id").desc(),
-            postgresql_where=text("status = 'failed'"),
-            sqlite_where=text("status = 'failed'"),
-        ),
-        Index(
-            "ix_messages_dead_letter_identity",
-            "identity_id",
-            "dead_letter_rank",
-            column("failed_at").desc(),
-            column("id").desc(),
-            postgresql_where=text("status = 'failed'"),
-            sqlite_where=text("status = 'failed'"),
-        ),
-        Index(
-            "ix_messages_dead_letter_class",
-            "failure_class",
-            "dead_letter_rank",
-            column("failed_at").desc(),
-            column("id").desc(),
-            postgresql_where=text("status = 'failed'"),
-            sqlite_where=text("status = 'failed'"),
-        ),
-        Index(
-            "ix_messages_dead_letter_identity_class",
-            "identity_id",
-            "failure_class",
-            "dead_letter_rank",
-            column("failed_at").desc(),
-            column("id").desc(),
-            postgresql_where=text("status = 'failed'"),
-            sqlite_where=text("status = 'failed'"),
-        ),
-        # The overview's dead-letter count per identity and lane (the page's rows), index-only.
-        Index(
-            "ix_messages_dead_by_lane",
-            "identity_id",
-            "lane",
-            postgresql_where=text("status = 'failed' AND dead_letter_rank IS NOT NULL"),
-            sqlite_where=text("status = 'failed' AND dead_letter_rank IS NOT NULL"),
-        ),
-        # Search: an idempotency key (whole, or its first characters) without its tenant,
-        # a recipient's first digits or last four, a campaign label, a template's name.
-        Index(
-            "ix_messages_idempotency_key",
-            "idempotency_key",
-            postgresql_ops={"idempotency_key": "text_pattern_ops"},
-        ),
-        Index("ix_messages_recipient_tail", "recipient_tail", "id"),
-        Index("ix_messages_campaign", "campaign", "id"),
-        Index("ix_messages_template_name", "template_name", "id"),
-        Index(
-            "ix_messages_recipient_prefix",
-            "recipient",
-            postgresql_ops={"recipient": "text_pattern_ops"},
-        ),
-        # GET /v1/messages, newest first per tenant, by status, class, identity, creation.
-        Index("ix_messages_tenant_list", "tenant_id", "id"),
-        Index("ix_messages_tenant_status", "tenant_id", "status", "id"),
-        Index(
-            "ix_messages_tenant_class",
-            "tenant_id",
-            "failure_class",
-            "id",
-            postgresql_where=text("failure_class IS NOT NULL"),
-            sqlite_where=text("failure_class IS NOT NULL"),
-        ),
-        Index("ix_messages_identity_list", "identity_id", "id"),
-        Index("ix_messages_tenant_created", "tenant_id", "created_at"),
-        # Retention's next batch: the oldest content not purged yet, per tenant.
-        Index(
-            "ix_messages_unpurged",
-            "tenant_id",
-            "created_at",
-            postgresql_where=text("content_purged_at IS NULL"),
-            sqlite_where=text("content_purged_at IS NULL"),
-        ),
-    )
+    __table_args__ = MESSAGE_INDEXES
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     identity_id: Mapped[int] = mapped_column(ForeignKey("identities.id"))
     recipient: Mapped[str] = mapped_column(String(100))
+    # A stable hash of the recipient (`app/shards.py`), set at intake from the row's own
+    # recipient: which of its lane's shards (drains) sends it. Never changes.
+    shard_key: Mapped[int] = mapped_column(
+        Integer, default=_shard_key_of_row, server_default=text("0")
+    )
     lane: Mapped[str] = mapped_column(String(10))
     body_text: Mapped[str | None] = mapped_column(Text)
     template: Mapped[dict[str, Any] | None]

@@ -73,9 +73,10 @@ def count_one_drain(sandbox: Sandbox, app: Any, profile: bool) -> dict[str, Any]
 
     from app.crypto import get_box
     from app.db import get_db
-    from jobs.drain import Drain, ring_identity
+    from jobs.drain import Drain
     from jobs.pacing import Pacer
     from jobs.queues import drain_keys, get_queue, get_redis
+    from jobs.ringing import ring_identity
 
     db = get_db()
     config = app.config["RATCHET"]

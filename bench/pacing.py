@@ -81,8 +81,8 @@ def duplicates(accepted: list[dict[str, Any]]) -> int:
 
 def rates(processes: Processes, sandbox: Sandbox, app: Any, seconds: float) -> list[bool]:
     from app.db import get_db
-    from jobs.drain import ring_identity
     from jobs.queues import get_redis
+    from jobs.ringing import ring_identity
 
     db = get_db()
     config = app.config["RATCHET"]
@@ -331,7 +331,7 @@ def campaign_lane(app: Any, identity_id: int, *, paused: bool) -> None:
     from app.db import get_db
     from app.models import Identity
     from app.repo.identity_actions import CAMPAIGN, pause, resume
-    from jobs.drain import ring_identity
+    from jobs.ringing import ring_identity
 
     with get_db().transaction() as session:
         identity = session.get(Identity, identity_id)

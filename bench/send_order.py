@@ -103,7 +103,7 @@ def timed_run(
     the rate from their start to every message `sent`; print the most PostgreSQL
     connections the workers held meanwhile."""
     from app.db import get_db
-    from jobs.drain import ring_identity
+    from jobs.ringing import ring_identity
 
     db = get_db()
     most = 0

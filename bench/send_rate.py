@@ -10,6 +10,8 @@
 
     .venv/bin/python bench/send_rate.py [--messages 4000] [--jobs 5000]
     .venv/bin/python bench/send_rate.py --order | --latency   (bench/send_order.py)
+    .venv/bin/python bench/send_rate.py --across   (bench/across_workers.py: one number
+        at 1,000/s, answers after 200 ms, sent by 1, 2 then 4 worker processes)
 
 Exits non-zero only if something broke (messages not all sent in time, a duplicate send,
 a traceback in a log); a missed goal is printed as such.
@@ -28,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import noop, send_order
+from bench import across_workers, noop, send_order
 from bench.common import (
     PG_DATABASE,
     BenchBroke,
@@ -81,7 +83,7 @@ def ratchet(
     answer_delay_ms: int = 0,
 ) -> dict[str, Any]:
     from app.db import get_db
-    from jobs.drain import ring_identity
+    from jobs.ringing import ring_identity
 
     db = get_db()
     config = app.config["RATCHET"]
@@ -187,7 +189,16 @@ def main() -> int:
         action="store_true",
         help="only the latency-hiding bench: --answer-delay-ms (200 if 0) against none",
     )
+    parser.add_argument(
+        "--across",
+        action="store_true",
+        help="only the across-workers bench: one number at 1,000/s by 1, 2, 4 processes",
+    )
+    parser.add_argument("--across-messages", type=int, default=3000, help="for --across (3000)")
+    parser.add_argument("--counts", default="1,2,4", help="worker processes, for --across")
     args = parser.parse_args()
+    if args.across:
+        return across_workers.main(args)
     if args.order or args.latency:
         return send_order.main(args)
     header("Ratchet send rate vs a no-op RQ baseline")

@@ -38,7 +38,7 @@ def run_plan(
 ) -> bool:
     """Carry out chunks of the plan until it is finished (True) or the budget is spent."""
     # Imported here: the drains import the sending modules, which need the app set up.
-    from jobs.drain import ring_identity
+    from jobs.ringing import ring_identity
 
     started = monotonic()
     while True:

@@ -1,6 +1,6 @@
-"""Drains: the unit of work is one identity and lane, not one message (docs/design.md
-section 7). `drain(identity_id, lane, token)` is an RQ job. While it holds its identity
-and lane (a Redis key with its token, renewed as it goes), it repeats a step:
+"""Drains: the unit of work is a shard of an identity's lane (`app/shards.py`), not one
+message (docs/design.md section 7). `drain(identity_id, lane, token, shard)` is an RQ job.
+While it holds its shard (a Redis key with its token, renewed), it repeats a step:
 
 1. Clear the dirty flag; read the identity (paused: stop; unsendable: hold it); record the
    verdicts owed; fail what expired (`app/repo/expiry.py`); count what is due.
@@ -22,6 +22,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -36,10 +37,12 @@ from app.config import Config
 from app.crypto import SecretBox, get_box
 from app.db import Database, get_db
 from app.logs import log_context
-from app.repo.claims import claim_batch, lane_paused
+from app.repo.claims import Claim, claim_batch, lane_paused
 from app.repo.due import count_due, earliest_due
 from app.repo.expiry import expire_due
 from app.repo.identities import get_identity
+from app.repo.shards import lane_shards
+from app.shards import Shard
 from jobs.call import Called, Prepared, call, give_back, record_batch
 from jobs.in_flight import InFlight
 from jobs.pacing import Pacer, Rates, listen
@@ -69,41 +72,36 @@ MAX_INLINE_WAIT = 2.0
 RING_WATCH_SECONDS = 0.05
 
 
-def drain(identity_id: int, lane: str, token: str) -> str:
+def drain(identity_id: int, lane: str, token: str, shard: int = 0) -> str:
     """The RQ job. Returns a summary, for the job's result and the logs."""
     config: Config = current_app.config["RATCHET"]
     redis = get_redis()
     pacer = Pacer(redis, config.pacing_burst, config.pacing_slowdown, config.pair_limit_wait)
-    return Drain(get_db(), get_box(), config, redis, pacer, identity_id, lane).run(token)
+    drainer = Drain(get_db(), get_box(), config, redis, pacer, identity_id, lane, shard=shard)
+    return drainer.run(token)
 
 
-def wake_drain(identity_id: int, lane: str) -> str:
-    """A drain's scheduled return (a retry's time, the next pacing slot)."""
-    config: Config = current_app.config["RATCHET"]
-    ring_identity(identity_id, lane, config)
+def wake_drain(identity_id: int, lane: str, shard: int = 0) -> str:
+    """A drain's scheduled return (a retry's time, the next pacing slot), to its shard."""
+    ring_shard(identity_id, lane, current_app.config["RATCHET"], shard)
     return "rung"
 
 
-def ring_identity(
-    identity_id: int, lane: str, config: Config, *, at: datetime | None = None
+def ring_shard(
+    identity_id: int, lane: str, config: Config, shard: int = 0, *, at: datetime | None = None
 ) -> bool:
-    """Ring the drain of an identity and lane, now or at a time (False: Redis is down)."""
+    """Ring the drain of one shard of an identity's lane, now or at a time (False: Redis is
+    down). Which shards to ring for an identity or a message: `jobs/ringing.py`."""
     if at is None:
-        return ring_drain(drain, identity_id, lane, int(config.drain_lease_seconds * 1000))
+        lease_ms = int(config.drain_lease_seconds * 1000)
+        return ring_drain(drain, identity_id, lane, lease_ms, shard=shard)
+    args = (identity_id, lane) if shard == 0 else (identity_id, lane, shard)
     try:
-        get_queue(lane).enqueue_at(whole_second_after(at), wake_drain, identity_id, lane)
+        get_queue(lane).enqueue_at(whole_second_after(at), wake_drain, *args)
     except Exception as exc:  # a RedisError, or the connection refused
         log.warning("could not schedule the %s drain of identity %s: %s", lane, identity_id, exc)
         return False
     return True
-
-
-def ring_message(message_id: int, lane: str, identity_id: int) -> bool:
-    """A message became due: ring its identity's drain for its lane (False: Redis is
-    unreachable; the sweeper rings it later). The one entry point for views and commands.
-    """
-    del message_id  # the drain finds it: the unit of work is the identity and lane
-    return ring_identity(identity_id, lane, current_app.config["RATCHET"])
 
 
 @dataclass
@@ -118,6 +116,7 @@ class Drain:
     clock: Callable[[], datetime] = utcnow
     monotonic: Callable[[], float] = time.monotonic
     outcomes: Counter[str] = field(default_factory=Counter)
+    shard: int = 0  # of the lane's shards: this drain claims only that one's messages
     # Calls submitted and not yet collected: a reply drain goes on to claim what was rung
     # while these are in flight (`_collect`).
     _in_flight: InFlight = field(init=False, repr=False)
@@ -130,8 +129,13 @@ class Drain:
     _recording: list[Called] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        name = f"drain-{self.identity_id}-{self.lane}"
+        name = f"drain-{self.identity_id}-{self.lane}-{self.shard}"
+        self._of = Shard(self.shard)
         self._in_flight = InFlight(self.config.drain_concurrency, name)
+
+    @property
+    def _keys(self) -> tuple[Redis, int, str]:
+        return self.redis, self.identity_id, self.lane
 
     @property
     def lease_ms(self) -> int:
@@ -151,13 +155,13 @@ class Drain:
         why = "done"
         try:
             while True:
-                if not renew_drain(self.redis, self.identity_id, self.lane, token, self.lease_ms):
+                if not renew_drain(*self._keys, token, self.lease_ms, self.shard):
                     # Taken over after our key expired: the new holder owns the dirty flag.
                     # Our calls in flight are all begun (a step claims no more than the
                     # free threads): they end and are counted.
                     self._collect(watch=False)
                     return self._summary("another drain holds this identity and lane now")
-                clear_dirty(self.redis, self.identity_id, self.lane)
+                clear_dirty(*self._keys, self.shard)
                 step = self._step()
                 if step.stop:
                     again = step.again
@@ -178,18 +182,19 @@ class Drain:
             )
             why = f"stopped: {exc.__class__.__name__}"
         try:
-            rung_meanwhile = release_drain(self.redis, self.identity_id, self.lane, token)
+            rung_meanwhile = release_drain(*self._keys, token, self.shard)
             if now_again or rung_meanwhile:
-                ring_identity(self.identity_id, self.lane, self.config)
+                ring_shard(self.identity_id, self.lane, self.config, self.shard)
             elif again is not None:
-                ring_identity(self.identity_id, self.lane, self.config, at=again)
+                ring_shard(self.identity_id, self.lane, self.config, self.shard, at=again)
         except RedisError as exc:
             log.warning("drain %s/%s could not release: %s", self.identity_id, self.lane, exc)
         return self._summary(why)
 
     def _summary(self, why: str) -> str:
         counts = ", ".join(f"{n} {word}" for word, n in sorted(self.outcomes.items()))
-        return f"drain {self.identity_id}/{self.lane}: {counts or 'nothing sent'} ({why})"
+        name = f"{self.identity_id}/{self.lane}" + (f"/{self.shard}" if self.shard else "")
+        return f"drain {name}: {counts or 'nothing sent'} ({why})"
 
     def _step(self) -> _Step:
         now = self.clock()
@@ -199,6 +204,9 @@ class Drain:
             identity = get_identity(session, self.identity_id)
             if identity is None or lane_paused(identity, self.lane):
                 return _Step(stop=True)  # a resume rings it again
+            self._of = Shard(self.shard, lane_shards(identity, self.lane, self.config))
+            if self.shard >= self._of.count:
+                return _Step(stop=True)  # no such shard now (a lower rate): the sweeper rings
             problem = sender_problem(self.box, identity)
             if problem is not None:
                 hold_unsendable(session, identity, problem, now)
@@ -208,10 +216,10 @@ class Drain:
             if expired := expire_due(session, self.identity_id, self.lane, now):
                 self.outcomes["failed: expired"] += len(expired)
             want = count_due(
-                session, self.identity_id, self.lane, now, self.config, pairs.blocked, pairs.paced
+                session, *self._keys[1:], now, self.config, pairs.blocked, pairs.paced, self._of
             )
             if want == 0 and not self._in_flight:
-                again = earliest_due(session, self.identity_id, self.lane, now)
+                again = earliest_due(session, self.identity_id, self.lane, now, self._of)
                 if pairs.next_free is not None:
                     # Messages to a pair-limited recipient are due, only held back: come
                     # back when it may be sent to again (harmless if it has none).
@@ -272,6 +280,7 @@ class Drain:
                 skip_recipients=pairs.blocked,
                 one_each=pairs.paced,
                 hold=timedelta(seconds=self.config.conversation_hold),
+                shard=self._of,
             )
             identity = get_identity(session, self.identity_id)
             assert identity is not None
@@ -280,12 +289,7 @@ class Drain:
             )
             for claim, outcome in decided:
                 self.outcomes[outcome.split(" ", 1)[0]] += 1
-                with log_context(
-                    message_id=claim.message_id,
-                    attempt=claim.attempt,
-                    identity_id=self.identity_id,
-                    lane=self.lane,
-                ):
+                with self._context(claim):
                     log.info("%s", outcome, extra={"outcome": "no call"})
             # Fewer claimed than granted (another drain holds the rest, or they are a
             # paced recipient's): nothing more to take as a thread frees, only on a ring.
@@ -346,17 +350,16 @@ class Drain:
         recorded = record_batch(self.db, self.config, calls, self.clock)
         self._recording = []
         for called, outcome, _ in recorded:
-            claim = called.prepared.claim
-            self.outcomes[outcome.split(" ", 1)[0].rstrip(":")] += 1
-            with log_context(
-                message_id=claim.message_id,
-                attempt=claim.attempt,
-                identity_id=self.identity_id,
-                lane=self.lane,
-            ):
+            kind = outcome.split(" ", 1)[0].rstrip(":")
+            self.outcomes[kind] += 1
+            with self._context(called.prepared.claim):
                 if called.result is not None:
                     listen(self.pacer, self.identity_id, called.prepared.recipient, called.result)
-                log.info("%s", outcome, extra={"outcome": outcome.split(" ", 1)[0].rstrip(":")})
+                log.info("%s", outcome, extra={"outcome": kind})
+
+    def _context(self, claim: Claim) -> AbstractContextManager[None]:  # a send's log lines
+        context = {"message_id": claim.message_id, "attempt": claim.attempt}
+        return log_context(**context, identity_id=self.identity_id, lane=self.lane)
 
     def _abandon(self, why: str) -> None:
         """The database or Redis went away, or the job is cut short: no call not yet begun
@@ -378,7 +381,7 @@ class Drain:
         Without Redis the drain stops watching and waits for its calls as the campaign lane
         does: what was claimed is still sent, and the next renewal ends the drain."""
         try:
-            return is_dirty(self.redis, self.identity_id, self.lane)
+            return is_dirty(*self._keys, self.shard)
         except RedisError as exc:
             log.warning(
                 "drain %s/%s stopped watching for rings: %s", self.identity_id, self.lane, exc

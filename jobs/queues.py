@@ -86,12 +86,11 @@ return false
 """
 
 
-def drain_keys(identity_id: int, lane: str) -> tuple[str, str]:
-    """(the pending drain's key, its dirty flag)."""
-    return (
-        f"{QUEUE_PREFIX}:drain:{identity_id}:{lane}",
-        f"{QUEUE_PREFIX}:drain-dirty:{identity_id}:{lane}",
-    )
+def drain_keys(identity_id: int, lane: str, shard: int = 0) -> tuple[str, str]:
+    """(the pending drain's key, its dirty flag), for one shard of the lane
+    (`app/shards.py`). Shard 0's keep the names they had before lanes had shards."""
+    tail = f"{identity_id}:{lane}" if shard == 0 else f"{identity_id}:{lane}:{shard}"
+    return f"{QUEUE_PREFIX}:drain:{tail}", f"{QUEUE_PREFIX}:drain-dirty:{tail}"
 
 
 def ring_drain(
@@ -100,15 +99,17 @@ def ring_drain(
     lane: str,
     lease_ms: int,
     redis: Redis | None = None,
+    shard: int = 0,
 ) -> bool:
-    """Make sure a drain of this identity and lane will look at the database after now.
+    """Make sure a drain of this identity and lane (its `shard` of it) will look at the
+    database after now.
 
     1. Mark the pair dirty: a drain running now re-checks before it exits.
     2. If no drain is pending or running (the key is absent), take the key with a fresh
        token and enqueue one. Both in one round trip.
     Returns False, and logs, when Redis cannot be reached (the sweeper rings later).
     """
-    pending, dirty = drain_keys(identity_id, lane)
+    pending, dirty = drain_keys(identity_id, lane, shard)
     token = secrets.token_hex(8)
     try:
         connection = redis or get_redis()
@@ -117,33 +118,36 @@ def ring_drain(
         pipe.set(pending, token, nx=True, px=lease_ms)
         _, won = pipe.execute()
         if won:
-            get_queue(lane, connection).enqueue(drain, identity_id, lane, token)
+            args = (identity_id, lane, token) if shard == 0 else (identity_id, lane, token, shard)
+            get_queue(lane, connection).enqueue(drain, *args)
     except RedisError as exc:
         log.warning("could not ring the %s drain of identity %s: %s", lane, identity_id, exc)
         return False
     return True
 
 
-def renew_drain(redis: Redis, identity_id: int, lane: str, token: str, lease_ms: int) -> bool:
+def renew_drain(
+    redis: Redis, identity_id: int, lane: str, token: str, lease_ms: int, shard: int = 0
+) -> bool:
     """Keep the drain's claim; False if it expired and another drain holds it now."""
-    pending, _ = drain_keys(identity_id, lane)
+    pending, _ = drain_keys(identity_id, lane, shard)
     return bool(redis.eval(_RENEW, 1, pending, token, lease_ms))
 
 
-def release_drain(redis: Redis, identity_id: int, lane: str, token: str) -> bool:
+def release_drain(redis: Redis, identity_id: int, lane: str, token: str, shard: int = 0) -> bool:
     """Give the claim up; True if something was rung meanwhile (the dirty flag was set)."""
-    pending, dirty = drain_keys(identity_id, lane)
+    pending, dirty = drain_keys(identity_id, lane, shard)
     return bool(redis.eval(_RELEASE, 2, pending, dirty, token))
 
 
-def clear_dirty(redis: Redis, identity_id: int, lane: str) -> None:
+def clear_dirty(redis: Redis, identity_id: int, lane: str, shard: int = 0) -> None:
     """Before a drain looks at the database: a ring after this sets the flag again."""
-    redis.delete(drain_keys(identity_id, lane)[1])
+    redis.delete(drain_keys(identity_id, lane, shard)[1])
 
 
-def is_dirty(redis: Redis, identity_id: int, lane: str) -> bool:
+def is_dirty(redis: Redis, identity_id: int, lane: str, shard: int = 0) -> bool:
     """Rung since the drain last cleared the flag: something new may be due."""
-    return bool(redis.exists(drain_keys(identity_id, lane)[1]))
+    return bool(redis.exists(drain_keys(identity_id, lane, shard)[1]))
 
 
 def whole_second_after(at: datetime) -> datetime:

@@ -42,10 +42,10 @@ from jobs.alerts import AlertEvaluator
 from jobs.bulk import run_plan
 from jobs.callback_listener import CallbackListener
 from jobs.callbacks import ring_endpoint
-from jobs.drain import ring_identity
 from jobs.queues import build_redis, get_redis
 from jobs.registry import read_live_by_lane
 from jobs.retention import purge_content
+from jobs.ringing import ring_identity
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ def test_the_migrations_run_on_a_fresh_sqlite_file_in_wal_mode(tmp_path: Path) -
     engine.dispose()
     assert diff == []
     assert mode == "wal"
-    assert "(identity_id, lane, (id + 0))" in waiting
+    assert "(identity_id, lane, (id + 0), shard_key)" in waiting
     assert "WHERE status IN ('queued', 'sending')" in waiting
     assert {"messages", "message_events", "attempts", "identities", "tenants"} <= tables
 
@@ -198,8 +198,8 @@ def test_migration_0023_adds_and_removes_the_default_validity_on_postgresql(
     engine = build_engine(pg_url)
     validity = {"reply_valid_for", "campaign_valid_for"}
     try:
-        downgrade(engine, "0021")
-        assert migrate.current_revision(engine) == "0021"
+        downgrade(engine, "0022")
+        assert migrate.current_revision(engine) == "0022"
         assert not validity & identity_columns(engine)
     finally:
         migrate.upgrade(engine)
@@ -228,7 +228,7 @@ def test_migration_0023_goes_down_and_up_again_on_sqlite_keeping_the_identities(
                 "'2026-12-04 12:00:00', 600)"
             )
         )
-    downgrade(engine, "0021")
+    downgrade(engine, "0022")
     assert "reply_valid_for" not in identity_columns(engine)
     migrate.upgrade(engine)
     with engine.connect() as connection:

@@ -12,7 +12,7 @@ from app.providers.base import FailureClass
 from app.repo import messages, staff
 from app.repo.cancels import MessageNotFoundError, cancel_message
 from app.repo.queue import dead_letters
-from jobs.drain import ring_message
+from jobs.ringing import ring_message
 
 message_cli = AppGroup("message", help="Messages: requeue, cancel, dead letters.")
 

@@ -66,7 +66,7 @@ def demo_command(sandbox_url: str) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    from jobs.drain import ring_message
+    from jobs.ringing import ring_message
 
     try:
         pages = _seed_pages(sandbox_url, config.public_base_url, login, stop, ring_message)

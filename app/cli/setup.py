@@ -18,7 +18,7 @@ from app.clock import utcnow
 from app.crypto import get_box
 from app.db import get_db
 from app.repo import identities, identity_actions, staff, tenants
-from jobs.drain import ring_message
+from jobs.ringing import ring_message
 
 db_cli = AppGroup("db", help="The database schema.")
 tenant_cli = AppGroup("tenant", help="Tenants and their API keys.")

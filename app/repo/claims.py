@@ -19,8 +19,10 @@ from app.lifecycle import Source, Status
 from app.models import Identity, Message, MessageEvent
 from app.repo.conversations import HOLD, OVERTAKEN, in_conversation_order, overtaken_id
 from app.repo.events import append_event
+from app.repo.shards import in_shard
 from app.repo.sql import keyed, rows_changed
 from app.repo.template_holds import not_template_held
+from app.shards import WHOLE, Shard
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +76,13 @@ def unexpired(now: datetime) -> Any:
 
 
 def claimable(
-    identity_id: int, lane: str, now: datetime, hold: timedelta = HOLD
+    identity_id: int, lane: str, now: datetime, hold: timedelta = HOLD, shard: Shard = WHOLE
 ) -> tuple[Any, ...]:
     """A message of this identity and lane a drain may claim now: due, owing no verdict
     (`take_verdict` records those), not expired, next in its conversation
     (`app/repo/conversations.py`), and using no template Meta paused, disabled or
-    rejected (`app/repo/template_holds.py`). The identity's pause is read apart, under a
-    lock."""
+    rejected (`app/repo/template_holds.py`); and in this drain's `shard` of the lane
+    (`app/repo/shards.py`). The identity's pause is read apart, under a lock."""
     return (
         Message.identity_id == identity_id,
         Message.lane == lane,
@@ -90,6 +92,7 @@ def claimable(
         unexpired(now),
         not_template_held(identity_id),
         in_conversation_order(now, hold, identity_id),
+        *in_shard(shard),
     )
 
 
@@ -240,6 +243,7 @@ def claim_batch(
     skip_recipients: list[str] | None = None,
     one_each: Collection[str] = (),
     hold: timedelta = HOLD,
+    shard: Shard = WHOLE,
 ) -> list[Claim]:
     """Claim up to `limit` due messages of one identity and lane for one attempt each.
 
@@ -266,7 +270,7 @@ def claim_batch(
     if state is None or lane_paused(state, lane):
         return []
     plan_without_sorts(session)
-    due = claimable(identity_id, lane, now, hold)
+    due = claimable(identity_id, lane, now, hold, shard)
     columns = (
         Message.id,
         Message.status,

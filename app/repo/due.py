@@ -17,6 +17,8 @@ from app.config import Config
 from app.lifecycle import Status
 from app.models import Message
 from app.repo.claims import CLAIM_ORDER, claimable, plan_without_sorts
+from app.repo.shards import in_shard
+from app.shards import WHOLE, Shard
 
 
 def count_due(
@@ -27,11 +29,12 @@ def count_due(
     config: Config,
     blocked: Sequence[str] = (),
     paced: Sequence[str] = (),
+    shard: Shard = WHOLE,
 ) -> int:
     """How many messages of this identity and lane may be claimed now, up to one batch:
     none to a `blocked` recipient, one to each `paced` one (as `claim_batch` takes them),
-    and only the next of each conversation."""
-    due = claimable(identity_id, lane, now, timedelta(seconds=config.conversation_hold))
+    and only the next of each conversation; in this drain's `shard` of the lane."""
+    due = claimable(identity_id, lane, now, timedelta(seconds=config.conversation_hold), shard)
     query = select(Message.id).where(*due)
     skip = [*blocked, *paced]
     if skip:
@@ -72,9 +75,12 @@ def owed_verdicts(session: Session, identity_id: int, lane: str, now: datetime) 
     )
 
 
-def earliest_due(session: Session, identity_id: int, lane: str, now: datetime) -> datetime | None:
-    """When this identity and lane next has something due: a retry, a verdict, a lease
-    that will expire, or a scheduled message's `send_at` (None: nothing is waiting)."""
+def earliest_due(
+    session: Session, identity_id: int, lane: str, now: datetime, shard: Shard = WHOLE
+) -> datetime | None:
+    """When this identity and lane (its `shard` of it) next has something due: a retry, a
+    verdict, a lease that will expire, or a scheduled message's `send_at` (None: nothing
+    is waiting)."""
     # Each the first row in an order one index gives, `ix_messages_due` and
     # `ix_messages_leases` (see `plan_without_sorts`); `min()` let PostgreSQL read the
     # whole waiting set through another index when the statistics predate the backlog.
@@ -87,6 +93,7 @@ def earliest_due(session: Session, identity_id: int, lane: str, now: datetime) -
                 Message.lane == lane,
                 Message.status == Status.SENDING.value,
                 column > now,
+                *in_shard(shard),
             )
             .order_by(column)
             .limit(1)
@@ -104,6 +111,7 @@ def earliest_due(session: Session, identity_id: int, lane: str, now: datetime) -
                 Message.status == Status.QUEUED.value,
                 Message.not_before.is_not(None),
                 Message.not_before > now,
+                *in_shard(shard),
             )
             .order_by(Message.not_before)
             .limit(1)

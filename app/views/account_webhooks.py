@@ -36,7 +36,7 @@ from app.repo.provider_events import (
 from app.repo.routing import RoutedIdentity
 from app.views.errors import json_error
 from app.views.webhook_verify import refused
-from jobs.drain import ring_message
+from jobs.ringing import ring_message
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from app.views.errors import json_error
 from app.views.intake import note_accepted, refuse_past_limits
 from app.views.keycache import tenant_for_key
 from app.views.openapi_tenant import document as openapi_document
-from jobs.drain import ring_message
+from jobs.ringing import ring_message
 
 log = logging.getLogger(__name__)
 

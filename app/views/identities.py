@@ -22,10 +22,10 @@ from app.repo.identity_page import IdentityNotFoundError, identity_rows, scoped_
 from app.repo.identity_validity import set_default_validity
 from app.validity import LANES, ValidityError, describe_validity, parse_validity
 from app.views.pages import is_htmx, now, scope_args, staff_blueprint
-from jobs.drain import ring_message
 from jobs.pacing import Pace, paces
 from jobs.queues import get_redis
 from jobs.registry import read_live_by_lane
+from jobs.ringing import ring_message
 
 bp = staff_blueprint("identities", __name__)
 

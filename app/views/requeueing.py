@@ -12,7 +12,7 @@ from app.db import get_db
 from app.inputs import parse_id
 from app.repo.requeues import MessageNotFoundError, RequeueOutcome, requeue_from_dashboard
 from app.views.pages import now
-from jobs.drain import ring_message
+from jobs.ringing import ring_message
 
 
 def is_against_advice(action: str) -> bool:

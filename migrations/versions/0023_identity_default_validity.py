@@ -2,10 +2,10 @@
 `campaign_valid_for` on identities, seconds, nullable (null: no limit). A message whose
 request gives neither `valid_for` nor `expires_at` gets its `expires_at` from them.
 
-Follows 0021 directly (0022 is left to another branch).
+Follows 0022 (the recipient shards).
 
 Revision ID: 0023
-Revises: 0021
+Revises: 0022
 Create Date: 2026-12-04
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0023"
-down_revision = "0021"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 

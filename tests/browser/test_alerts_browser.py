@@ -20,8 +20,8 @@ from app.crypto import SecretBox
 from app.repo.identities import create_identity
 from app.repo.tenants import create_tenant
 from jobs.alerts import AlertEvaluator
-from jobs.drain import ring_identity
 from jobs.queues import get_queue
+from jobs.ringing import ring_identity
 
 from ..conftest import SECRET_KEY
 from ..factories import World, make_message

@@ -206,7 +206,9 @@ class Env:
 def env(
     pg_url: str, redis_url: str, committed_db: Database, sandbox: SandboxProcess
 ) -> Iterator[Env]:
-    app = make_app(pg_url, redis_url, provider_timeout=PROVIDER_TIMEOUT)
+    # One shard per lane: these tests are about one drain; tests/jobs/test_shards.py
+    # turns shards on where they are the subject.
+    app = make_app(pg_url, redis_url, provider_timeout=PROVIDER_TIMEOUT, shard_max=1)
     app.extensions["ratchet.db"].dispose()
     app.extensions["ratchet.db"] = committed_db
     server = make_server("127.0.0.1", 0, app, threaded=True)

@@ -26,8 +26,8 @@ from app.models import Identity
 from app.repo.alerts import firing_alerts
 from app.repo.identities import pause_identity
 from jobs.alerts import AlertEvaluator
-from jobs.drain import ring_identity
 from jobs.queues import get_queue
+from jobs.ringing import ring_identity
 from jobs.sweep import run_sweeper
 
 from ..conftest import PG_URL, SECRET_KEY, free_port, make_app

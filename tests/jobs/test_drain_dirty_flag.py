@@ -17,9 +17,10 @@ from rq.registry import ScheduledJobRegistry
 from app.clock import utcnow
 from app.models import Identity
 from app.repo.messages import NewMessage, create_message
-from jobs.drain import Drain, ring_identity
+from jobs.drain import Drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys, queue_name
+from jobs.ringing import ring_identity
 
 from .conftest import Env
 

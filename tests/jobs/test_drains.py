@@ -21,8 +21,8 @@ from sqlalchemy import func, select
 
 from app.models import Identity, Message
 from app.repo.messages import NewMessage, create_message
-from jobs.drain import ring_identity
 from jobs.pacing import MIN_BURST, Pacer
+from jobs.ringing import ring_identity
 
 from ..conftest import PG_URL, SECRET_KEY
 from .conftest import Env

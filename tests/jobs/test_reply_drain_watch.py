@@ -16,9 +16,10 @@ from sqlalchemy import select, update
 from app.clock import utcnow
 from app.config import Config
 from app.models import Attempt, Message
-from jobs.drain import Drain, ring_identity
+from jobs.drain import Drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys
+from jobs.ringing import ring_identity
 
 from .conftest import Env
 

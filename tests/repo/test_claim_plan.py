@@ -28,6 +28,7 @@ from app.correlation import derive_key
 from app.db import Database
 from app.repo.claims import claim_batch
 from app.repo.due import count_due, earliest_due, owed_verdicts
+from app.shards import Shard
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import make_world
@@ -105,6 +106,48 @@ def test_a_drain_step_reads_the_rows_it_claims_not_the_history(
         # `sending`) and the identity's row: a few dozen, where a walk of the primary key
         # or of the whole lane reads thousands.
         assert sum(rows for _, _, rows in scans) <= 3 * LIMIT + 2, (statement, scans)
+
+
+def test_a_shards_claim_reads_its_own_shards_rows_from_the_table_not_the_others(
+    db: Database, app: Flask
+) -> None:
+    """A shard's key range is tested in `ix_messages_waiting` (its last column), so the
+    rows of the lane's other shards are passed over in the index, never fetched from the
+    table and thrown away by a filter (which would read the lane's backlog `count` times
+    over for each claim)."""
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("the plan checked is PostgreSQL's")
+    world = make_world(db)
+    common = {"t0": T0, "delivered_at": None, "with_ids": False}
+    ids = {"tenant": world.tenant_id, "identity": world.identity_id}
+    with db.transaction() as session:
+        session.execute(
+            MESSAGES, {**common, **ids, "status": "sent", "tag": "old", "count": HISTORY}
+        )
+        session.execute(
+            MESSAGES, {**common, **ids, "status": "queued", "tag": "new", "count": BACKLOG}
+        )
+        # Keys spread over every shard (rows inserted in SQL get no hash of their own).
+        session.execute(text("UPDATE messages SET shard_key = id % 1024"))
+        session.execute(text("ANALYZE messages"))
+    shard = Shard(1, 4)
+    low, high = shard.key_range()
+    with plans_of(db) as plans, db.transaction() as session:
+        claims = claim_batch(
+            session, world.identity_id, "campaign", LIMIT, T0, timedelta(seconds=30), shard=shard
+        )
+        keys = session.execute(
+            text("SELECT shard_key FROM messages WHERE id = ANY(:ids)"),
+            {"ids": [claim.message_id for claim in claims]},
+        ).scalars()
+        assert all(low <= key < high for key in keys)
+    assert len(claims) == LIMIT
+    claim_plans = [plan for statement, plan in plans if "FOR UPDATE" in statement]
+    assert claim_plans, [statement for statement, _ in plans]
+    for plan in claim_plans:
+        scans = rows_read(plan[0]["Plan"])
+        assert all(kind != "Seq Scan" for kind, _, _ in scans), scans
+        assert sum(rows for _, _, rows in scans) <= 3 * LIMIT + 2, scans
 
 
 HISTORY_SQLITE = text(
