@@ -4,27 +4,24 @@ from __future__ import annotations
 
 import copy
 import os
-import select
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from contextvars import ContextVar
 from typing import Any
 
 import psycopg
 from flask import Flask, current_app, g
-from sqlalchemy import Connection, Engine, create_engine, event, exc, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from app import instruments
 from app.correlation import derive_key
+from app.db_checkout import PING_EVERY_CHECKOUT, check_on_checkout
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 # A pooled PostgreSQL connection last handed out longer ago than this is pinged (a round
 # trip) before use; one used more recently only has its socket looked at, unless the unit
-# of work asks for the ping (see `_check_on_checkout`).
+# of work asks for the ping (see `app/db_checkout.py`).
 PING_AFTER_IDLE_SECONDS = 2.0
 
 # libpq's TCP settings for every PostgreSQL connection (a URL's own query overrides them):
@@ -53,9 +50,6 @@ IDLE_IN_TRANSACTION_SECONDS = 10.0
 # idle in a transaction past the limit (`end_stalled_sessions`), which it finds by this
 # application name (a URL's own `application_name` replaces it).
 APPLICATION_NAME = "ratchet"
-
-# Set by `Database.transaction(ping=True)`: every checkout inside pings.
-_PING_EVERY_CHECKOUT: ContextVar[bool] = ContextVar("ratchet_ping_every_checkout", default=False)
 
 
 def normalise_url(url: str) -> str:
@@ -116,81 +110,8 @@ def build_engine(
         }
     engine = create_engine(url, **kwargs)
     if checked:
-        _check_on_checkout(engine, ping_after_idle)
+        check_on_checkout(engine, ping_after_idle)
     return engine
-
-
-HANDED_OUT = "ratchet.handed_out"
-
-
-def _check_on_checkout(engine: Engine, ping_after_idle: float) -> None:
-    """SQLAlchemy's `pool_pre_ping`, paid only where a connection may have gone stale, or
-    where a failure would cost more than a round trip.
-
-    The pre-ping is a round trip on every checkout: about a twelfth of a webhook's CPU,
-    where a request checks out once and the connection was last used a few milliseconds
-    before. Instead, at checkout:
-
-    - the socket is polled without waiting: a server that ended the session (a restart,
-      a failover, `pg_terminate_backend`, `idle_session_timeout`) has closed it or sent
-      its last error, so it reads as ready when nothing should be there;
-    - a connection last handed out more than `ping_after_idle` seconds ago is also pinged,
-      as the pre-ping would, for what the socket cannot show: a network path that dropped
-      it silently (a NAT or a load balancer forgetting the flow, a virtual IP moving);
-    - so is every connection a `Database.transaction(ping=True)` checks out, however
-      recently used: the record of a provider's answer, which a silently dead connection
-      would turn from an accepted send into an unknown outcome.
-
-    Either way the connection is replaced before anyone uses it (SQLAlchemy's documented
-    `DisconnectionError` from a checkout listener). What goes unchecked is a connection
-    handed out in the last `ping_after_idle` seconds whose path died silently since, for
-    units of work that can fail safely: a webhook answers 5xx and is delivered again, an
-    API call answers 5xx and is retried with its idempotency key, a claim or a sweep is
-    done again.
-    """
-    dialect = engine.dialect
-
-    @event.listens_for(engine, "connect")
-    def _fresh(_dbapi_connection: Any, record: Any) -> None:
-        record.info.pop(HANDED_OUT, None)  # just connected: nothing to check
-
-    @event.listens_for(engine, "checkout")
-    def _check(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-        now = time.monotonic()
-        # From when it was last handed out, not returned: a connection held a while with
-        # nothing sent goes back to the pool no fresher than when it left.
-        handed_out = record.info.get(HANDED_OUT)
-        record.info[HANDED_OUT] = now
-        if handed_out is None:
-            return
-        if _hung_up(dbapi_connection):
-            instruments.DB_REPLACED.labels("hung_up").inc()
-            raise exc.DisconnectionError("the server closed the connection while it was pooled")
-        if now - handed_out < ping_after_idle and not _PING_EVERY_CHECKOUT.get():
-            return
-        instruments.DB_PINGS.inc()
-        try:
-            dialect.do_ping(dbapi_connection)
-        except dialect.loaded_dbapi.Error as error:
-            if dialect.is_disconnect(error, dbapi_connection, None):
-                instruments.DB_REPLACED.labels("no_answer").inc()
-                # As the pre-ping does: the others pooled before now go too.
-                raise exc.InvalidatePoolError("the pooled connection did not answer") from error
-            raise
-
-
-def _hung_up(dbapi_connection: Any) -> bool:
-    """An idle psycopg connection whose socket is readable (or closed) is one the server
-    has ended: between statements it sends nothing unasked (we use no LISTEN)."""
-    if dbapi_connection.closed:
-        return True
-    try:
-        fd = dbapi_connection.pgconn.socket
-    except psycopg.OperationalError:
-        return True
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLPRI)  # errors and hang-ups always report
-    return bool(poller.poll(0))
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -254,18 +175,18 @@ class Database:
         """One unit of work: commits on success, rolls back on error.
 
         `ping`: the connection it checks out is pinged first however recently it was used
-        (see `_check_on_checkout`), for a unit of work whose failure would lose a fact from
+        (see `app/db_checkout.py`), for a unit of work whose failure would lose a fact from
         outside: the record of a provider's answer. Not on a pinned connection (checked out
         already: nothing would be pinged); a test's bound database has one connection."""
         if ping and self.pinned_connection is not None:
             raise ValueError("ping=True needs a checkout; this database's connection is pinned")
-        token = _PING_EVERY_CHECKOUT.set(True) if ping else None
+        token = PING_EVERY_CHECKOUT.set(True) if ping else None
         try:
             with self._transaction() as session:
                 yield session
         finally:
             if token is not None:
-                _PING_EVERY_CHECKOUT.reset(token)
+                PING_EVERY_CHECKOUT.reset(token)
 
     @contextmanager
     def _transaction(self) -> Iterator[Session]:

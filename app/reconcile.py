@@ -51,7 +51,7 @@ from app.db import Database
 from app.late_statuses import note_refusal
 from app.lifecycle import ACCEPTED_WORDS, PROVIDER_WORDS, Source, Status
 from app.providers.base import Watermark
-from app.providers.classification import rank_of
+from app.providers.dead_letter_order import rank_of
 from app.repo.events import append_event
 from app.repo.inbox import (
     IncomingStatus,

@@ -167,7 +167,7 @@ def seed_identities(engine: Any) -> None:
 
 def failure_table() -> str:
     """VALUES rows (slot, class, code, rank): slot picks a failure by its share."""
-    from app.providers.classification import rank_of
+    from app.providers.dead_letter_order import rank_of
 
     rows, slot = [], 0
     for failure_class, code, share in FAILURES:

@@ -1,7 +1,7 @@
-"""The check a pooled PostgreSQL connection gets at checkout (`app/db.py`,
-`_check_on_checkout`): in place of SQLAlchemy's pre-ping round trip, the socket is looked at,
-and only a connection idle for a while is pinged. Either way a dead connection is replaced
-before anyone's statement meets it."""
+"""The check a pooled PostgreSQL connection gets at checkout
+(`app.db_checkout.check_on_checkout`): in place of SQLAlchemy's pre-ping round trip, the
+socket is looked at, and only a connection idle for a while is pinged. Either way a dead
+connection is replaced before anyone's statement meets it."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import Refusal, Source, Status
 from app.models import Attempt, Identity, Message, MessageEvent
-from app.providers.classification import rank_of
+from app.providers.dead_letter_order import rank_of
 from app.reconcile import apply_parked, record_double_send
 from app.repo.claims import Claim
 from app.repo.events import append_event, note_worker_event

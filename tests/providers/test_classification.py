@@ -12,13 +12,12 @@ import pytest
 
 from app.providers.base import FailureClass
 from app.providers.classification import (
-    ACTIONABLE_ORDER,
     CODES,
     UnknownProviderCodesError,
     classify,
-    dead_letter_rank,
     describe,
 )
+from app.providers.dead_letter_order import ACTIONABLE_ORDER, dead_letter_rank
 
 U = FailureClass.UNKNOWN
 RL = FailureClass.RATE_LIMITED

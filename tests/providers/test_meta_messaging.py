@@ -12,7 +12,8 @@ import pytest
 
 from app.providers import get_provider
 from app.providers.base import FailureClass, OutboundMessage, WebhookFormatError
-from app.providers.classification import classify, describe, rank_of
+from app.providers.classification import classify, describe
+from app.providers.dead_letter_order import rank_of
 from app.providers.http import HttpAnswer
 from app.providers.meta_messaging import MetaMessagingProvider, build_body
 from app.repo.deadletters import advice
