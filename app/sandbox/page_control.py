@@ -11,16 +11,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.sandbox.page_faults import describe_page_faults
-from app.sandbox.pages import (
+from app.sandbox.page_events import (
     PageSettings,
-    PagesState,
     envelope,
     inbound_event,
-    new_mid,
     read_event,
     seen_event,
 )
+from app.sandbox.page_faults import describe_page_faults
+from app.sandbox.pages import PagesState, new_mid
 from app.sandbox.poster import Delivery, WebhookPoster
 from app.sandbox.webhooks import encode
 

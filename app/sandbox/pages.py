@@ -21,12 +21,18 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from app.sandbox.errors import new_fbtrace_id
-from app.sandbox.page_faults import PAGE_FAULTS, PageFault, Receipt
+from app.sandbox.page_events import (
+    PageSettings,
+    delivery_event,
+    echo_event,
+    envelope,
+    read_event,
+    seen_event,
+)
+from app.sandbox.page_faults import PAGE_FAULTS, PageFault
 from app.sandbox.poster import Delivery
 from app.sandbox.state import SandboxState
 from app.sandbox.webhooks import encode
@@ -38,38 +44,6 @@ WINDOW_SECONDS = 24 * 60 * 60
 HUMAN_AGENT_SECONDS = 7 * 24 * 60 * 60
 MESSAGING_TYPES = ("RESPONSE", "UPDATE", "MESSAGE_TAG")
 TAGS = ("HUMAN_AGENT", "CONFIRMED_EVENT_UPDATE", "POST_PURCHASE_UPDATE", "ACCOUNT_UPDATE")
-DEFAULT_RECEIPTS: tuple[Receipt, ...] = ("delivered", "read")
-
-
-class PageSettings(BaseModel):
-    """A registered Page or Instagram account and how it behaves (the control API's body)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    page_id: str = Field(min_length=1, pattern=r"^[0-9A-Za-z_-]+$")
-    platform: Literal["messenger", "instagram"] = "messenger"
-    token: str = Field(min_length=1)
-    app_secret: str = Field(min_length=1)
-    webhook_url: str = Field(pattern=r"^https?://")
-    honour_idempotency_keys: bool = False
-    # Receipts the customer's phone sends for each accepted message, in the real order of
-    # events. Instagram has no delivery receipt: its `delivered` entries are skipped.
-    receipts: list[Receipt] = Field(default_factory=lambda: list(DEFAULT_RECEIPTS))
-    # Messenger deliveries carry `mids` unless this is False (then only a watermark).
-    delivery_mids: bool = True
-    # Post the echo of every accepted message (message_echoes; on Instagram, `messages`
-    # with is_echo), carrying the send's `message.metadata` back.
-    echoes: bool = True
-    app_id: str = Field(default="1517776481860111", pattern=r"^[0-9]{1,20}$")
-    webhook_delay_ms: int = Field(default=0, ge=0)
-    duplicate_webhooks: bool = False
-    shuffle_webhooks: bool = False
-    batch_webhooks: bool = False
-    # Added to the sandbox's clock for every time it stamps (a test's clock, moved on).
-    clock_offset_ms: int = 0
-    rate_limit_mps: int | None = Field(default=80, ge=1)
-    hang_seconds: float = Field(default=30.0, ge=0)
-    seed: int | None = None
 
 
 @dataclass
@@ -334,67 +308,6 @@ def plan_receipts(
         bodies=[encode(envelope(settings, group, sent_ms)) for group in groups if group],
         interval=settings.webhook_delay_ms / 1000,
     )
-
-
-def envelope(settings: PageSettings, events: list[dict[str, Any]], at_ms: int) -> dict[str, Any]:
-    return {
-        "object": "page" if settings.platform == "messenger" else "instagram",
-        "entry": [{"id": settings.page_id, "time": at_ms, "messaging": events}],
-    }
-
-
-def echo_event(
-    settings: PageSettings, customer: str, mid: str, message: dict[str, Any], at: int
-) -> dict[str, Any]:
-    echoed: dict[str, Any] = {"is_echo": True, "app_id": int(settings.app_id)}
-    if "metadata" in message:
-        echoed["metadata"] = message["metadata"]
-    echoed |= {"mid": mid, "text": message["text"]}
-    return {
-        "sender": {"id": settings.page_id},
-        "recipient": {"id": customer},
-        "timestamp": at,
-        "message": echoed,
-    }
-
-
-def delivery_event(
-    settings: PageSettings, customer: str, mids: list[str] | None, watermark: int
-) -> dict[str, Any]:
-    delivery: dict[str, Any] = {"watermark": watermark}
-    if mids is not None:
-        delivery = {"mids": mids, "watermark": watermark}
-    # The documented example carries no `timestamp` on deliveries.
-    return {"sender": {"id": customer}, "recipient": {"id": settings.page_id}, "delivery": delivery}
-
-
-def read_event(settings: PageSettings, customer: str, watermark: int) -> dict[str, Any]:
-    return {
-        "sender": {"id": customer},
-        "recipient": {"id": settings.page_id},
-        "timestamp": watermark + 5,
-        "read": {"watermark": watermark},
-    }
-
-
-def seen_event(settings: PageSettings, customer: str, mid: str, at: int) -> dict[str, Any]:
-    return {
-        "sender": {"id": customer},
-        "recipient": {"id": settings.page_id},
-        "timestamp": at,
-        "read": {"mid": mid},
-    }
-
-
-def inbound_event(
-    settings: PageSettings, customer: str, mid: str, text: str, at: int
-) -> dict[str, Any]:
-    return {
-        "sender": {"id": customer},
-        "recipient": {"id": settings.page_id},
-        "timestamp": at,
-        "message": {"mid": mid, "text": text},
-    }
 
 
 def graph_error(http_status: int, code: int, message: str, subcode: int | None = None) -> Reply:
