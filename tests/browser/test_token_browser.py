@@ -16,8 +16,8 @@ from rq import SimpleWorker
 
 from app.clock import utcnow
 from jobs.alerts import AlertEvaluator
-from jobs.drain import ring_identity
 from jobs.queues import get_queue
+from jobs.ringing import ring_identity
 
 from ..factories import World, make_message
 from ..sandbox.conftest import SandboxProcess, start_sandbox_process, stop_sandbox_process
