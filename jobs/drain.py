@@ -10,10 +10,9 @@ While it holds its shard (a Redis key with its token, renewed), it repeats a ste
    `jobs/call.py`, `jobs/record.py`). A reply drain looks again while calls are in flight.
 4. Listen to the provider: a rate limit slows the identity, a pair limit paces a recipient.
 
-It stops when nothing is due (ringing itself for the earliest retry or `send_at`) or its
-slice ends (ringing itself to the back of the queue). It releases its key, then re-checks
-the dirty flag, so nothing committed meanwhile is stranded; a killed drain strands its pair
-no longer than its key's lease, and the sweeper rings whatever is due.
+It stops when nothing is due (ringing itself for the next retry or `send_at`) or its slice
+ends (ringing itself to the queue's back), releases its key, then re-checks the dirty flag:
+nothing committed meanwhile is stranded. A killed drain holds its shard a lease at most.
 """
 
 from __future__ import annotations
@@ -90,8 +89,7 @@ def wake_drain(identity_id: int, lane: str, shard: int = 0) -> str:
 def ring_shard(
     identity_id: int, lane: str, config: Config, shard: int = 0, *, at: datetime | None = None
 ) -> bool:
-    """Ring the drain of one shard of an identity's lane, now or at a time (False: Redis is
-    down). Which shards to ring for an identity or a message: `jobs/ringing.py`."""
+    """Ring one shard's drain, now or at a time (False: Redis is down); which: ringing.py."""
     if at is None:
         lease_ms = int(config.drain_lease_seconds * 1000)
         return ring_drain(drain, identity_id, lane, lease_ms, shard=shard)
@@ -205,8 +203,10 @@ class Drain:
             if identity is None or lane_paused(identity, self.lane):
                 return _Step(stop=True)  # a resume rings it again
             self._of = Shard(self.shard, lane_shards(identity, self.lane, self.config))
-            if self.shard >= self._of.count:
-                return _Step(stop=True)  # no such shard now (a lower rate): the sweeper rings
+            if self.shard >= self._of.count:  # no such shard here (a lower rate, or another
+                for shard in range(self._of.count):  # process's settings): the others take it
+                    ring_shard(self.identity_id, self.lane, self.config, shard)
+                return _Step(stop=True)
             problem = sender_problem(self.box, identity)
             if problem is not None:
                 hold_unsendable(session, identity, problem, now)

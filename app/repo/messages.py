@@ -22,6 +22,7 @@ from app.lifecycle import (
 from app.models import Message, MessageEvent
 from app.repo.events import append_event
 from app.repo.sql import insert_ignoring_conflict, keyed, rows_changed, still_null
+from app.shards import shard_key_of
 
 _messages = cast(Table, Message.__table__)
 
@@ -494,6 +495,9 @@ def requeue_message(
             "queued_at": now,
             "cycle": new_cycle,
             "provider_key_cycle": key_cycle,
+            # A row older than its shard key (migration 0022 left finished rows at 0) joins
+            # its recipient's shard again.
+            "shard_key": shard_key_of(message.recipient),
             "correlation_id": correlation_id_for(session, message_id, new_cycle),
             "provider_message_id": None,
             "attempt": 0,
