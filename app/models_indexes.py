@@ -8,6 +8,21 @@ from __future__ import annotations
 
 from sqlalchemy import Index, column, text
 
+
+def _dead_letter_index(name: str, *leading: str) -> Index:
+    """Failed messages in the dead-letter page's order (actionable first, newest first),
+    after the columns a page filters on."""
+    return Index(
+        name,
+        *leading,
+        "dead_letter_rank",
+        column("failed_at").desc(),
+        column("id").desc(),
+        postgresql_where=text("status = 'failed'"),
+        sqlite_where=text("status = 'failed'"),
+    )
+
+
 MESSAGE_INDEXES = (
     # Idempotency is the index, never check-then-insert.
     Index(
@@ -96,51 +111,11 @@ MESSAGE_INDEXES = (
     Index("ix_messages_read_at", "read_at"),
     # Dead letters in the page's own order (actionable first, newest first), whole and
     # per tenant, identity and class, so a page reads 51 index entries, never sorts.
-    Index(
-        "ix_messages_dead_letter_order",
-        "dead_letter_rank",
-        column("failed_at").desc(),
-        column("id").desc(),
-        postgresql_where=text("status = 'failed'"),
-        sqlite_where=text("status = 'failed'"),
-    ),
-    Index(
-        "ix_messages_dead_letter_tenant",
-        "tenant_id",
-        "dead_letter_rank",
-        column("failed_at").desc(),
-        column("id").desc(),
-        postgresql_where=text("status = 'failed'"),
-        sqlite_where=text("status = 'failed'"),
-    ),
-    Index(
-        "ix_messages_dead_letter_identity",
-        "identity_id",
-        "dead_letter_rank",
-        column("failed_at").desc(),
-        column("id").desc(),
-        postgresql_where=text("status = 'failed'"),
-        sqlite_where=text("status = 'failed'"),
-    ),
-    Index(
-        "ix_messages_dead_letter_class",
-        "failure_class",
-        "dead_letter_rank",
-        column("failed_at").desc(),
-        column("id").desc(),
-        postgresql_where=text("status = 'failed'"),
-        sqlite_where=text("status = 'failed'"),
-    ),
-    Index(
-        "ix_messages_dead_letter_identity_class",
-        "identity_id",
-        "failure_class",
-        "dead_letter_rank",
-        column("failed_at").desc(),
-        column("id").desc(),
-        postgresql_where=text("status = 'failed'"),
-        sqlite_where=text("status = 'failed'"),
-    ),
+    _dead_letter_index("ix_messages_dead_letter_order"),
+    _dead_letter_index("ix_messages_dead_letter_tenant", "tenant_id"),
+    _dead_letter_index("ix_messages_dead_letter_identity", "identity_id"),
+    _dead_letter_index("ix_messages_dead_letter_class", "failure_class"),
+    _dead_letter_index("ix_messages_dead_letter_identity_class", "identity_id", "failure_class"),
     # The overview's dead-letter count per identity and lane (the page's rows), index-only.
     Index(
         "ix_messages_dead_by_lane",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, exists, select, update
+from sqlalchemy import Connection, Select, Table, exists, select, update
 from sqlalchemy.orm import Session, aliased
 
 from app.models import Identity, ProviderEvent, WebhookDelivery
@@ -34,6 +34,16 @@ def _routed(rows: Any) -> list[RoutedIdentity]:
     ]
 
 
+def _whatsapp_identities() -> Select[Any]:
+    """What routing reads of each WhatsApp identity (`RoutedIdentity`)."""
+    return select(
+        _identities.c.id,
+        _identities.c.account_id,
+        _identities.c.app_secret_encrypted,
+        _identities.c.business_account_id,
+    ).where(_identities.c.provider == "whatsapp")
+
+
 def identities_of_accounts(
     session: Session | Connection, account_ids: list[str]
 ) -> list[RoutedIdentity]:
@@ -43,14 +53,8 @@ def identities_of_accounts(
         return []
     return _routed(
         session.execute(
-            select(
-                _identities.c.id,
-                _identities.c.account_id,
-                _identities.c.app_secret_encrypted,
-                _identities.c.business_account_id,
-            )
+            _whatsapp_identities()
             .where(
-                _identities.c.provider == "whatsapp",
                 _identities.c.business_account_id.in_(candidates),
             )
             .order_by(_identities.c.id)
@@ -62,14 +66,8 @@ def whatsapp_secret_holders(session: Session | Connection) -> list[RoutedIdentit
     """Every WhatsApp identity with an app secret (at most `MAX_SECRETS_TRIED`)."""
     return _routed(
         session.execute(
-            select(
-                _identities.c.id,
-                _identities.c.account_id,
-                _identities.c.app_secret_encrypted,
-                _identities.c.business_account_id,
-            )
+            _whatsapp_identities()
             .where(
-                _identities.c.provider == "whatsapp",
                 _identities.c.app_secret_encrypted.is_not(None),
             )
             .order_by(_identities.c.id)
