@@ -330,15 +330,21 @@ def explain(engine: Any, statement: str, params: Any) -> str:
 
 
 def fold_charts_until_done(app: Any) -> int:
-    """Sweeper passes of the charts' fold at `NOW` until nothing is left; the passes made."""
+    """Sweeper passes of the charts' fold at `NOW` until nothing is left; the passes made.
+    Then the rollup's statistics, as autovacuum keeps them on a running system (without
+    them the planner takes the new table for empty and sorts where it would hash)."""
     from app.repo.chart_rollup import fold_charts
 
+    database = app.extensions["ratchet.db"]
     passes = 0
     while True:
         passes += 1
-        with app.extensions["ratchet.db"].transaction() as session:
+        with database.transaction() as session:
             if fold_charts(session, NOW).new == 0:
-                return passes
+                break
+    with database.engine.begin() as connection:
+        connection.execute(text("ANALYZE chart_rollups, chart_fold_marks"))
+    return passes
 
 
 def signed_in_client(app: Any) -> Any:
