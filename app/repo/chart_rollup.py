@@ -151,14 +151,17 @@ def fold_charts(session: Session, now: datetime) -> Folded:
         if mark is None:
             mark = ChartFoldMark(width=width, folded_from=window_from, folded_to=window_from)
             session.add(mark)
-        # 1. The window slides; a sweeper stopped for longer than it starts again.
+        # 1. The window slides (once a bucket); a sweeper stopped for longer than the window
+        #    starts again from its start.
         if mark.folded_to < window_from:
-            mark.folded_from = mark.folded_to = window_from
+            mark.folded_to = window_from
         if mark.folded_from < window_from:
+            session.execute(
+                delete(ChartRollup).where(
+                    ChartRollup.width == width, ChartRollup.bucket < window_from
+                )
+            )
             mark.folded_from = window_from
-        session.execute(
-            delete(ChartRollup).where(ChartRollup.width == width, ChartRollup.bucket < window_from)
-        )
         # 2. Buckets already folded that a change touched since.
         for number, identities in sorted(
             _dirty(times, width, mark.folded_from, mark.folded_to).items()

@@ -215,3 +215,14 @@ def test_each_sweeper_pass_folds_the_next_closed_buckets(app: Flask, db: Databas
         width: (int(NOW.timestamp()) // width - 7 * 86400 // width - 1) + BATCH
         for width in (900, 3600)
     }
+
+
+def test_a_bucket_that_leaves_the_week_leaves_the_rollup(db: Database) -> None:
+    world = make_world(db)
+    sent_message(db, world, "wamid.old", minute=0)
+    fold_all(db, NOW)
+    with db.transaction() as session:
+        assert session.scalar(select(func.sum(ChartRollup.sent))) == 2  # an hour and a quarter
+    fold_all(db, T0 + timedelta(days=8, hours=2))
+    with db.transaction() as session:
+        assert session.scalar(select(func.count()).select_from(ChartRollup)) == 0
