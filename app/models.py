@@ -191,5 +191,7 @@ class AuditEntry(Base):
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"))
 
 
+from app.models_charts import ChartFoldMark as ChartFoldMark  # noqa: E402
+from app.models_charts import ChartRollup as ChartRollup  # noqa: E402
 from app.models_meta import ProviderEvent as ProviderEvent  # noqa: E402
 from app.models_meta import TemplateHold as TemplateHold  # noqa: E402

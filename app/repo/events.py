@@ -88,3 +88,18 @@ def note_worker_event(
 def list_events(session: Session, message_id: int) -> list[MessageEvent]:
     query = select(MessageEvent).where(MessageEvent.message_id == message_id)
     return list(session.scalars(query.order_by(MessageEvent.id)))
+
+
+def requeues_since(
+    session: Session, message_ids: list[int], since: datetime
+) -> dict[int, MessageEvent]:
+    """The latest requeue of each of `message_ids` applied at or after `since`."""
+    if not message_ids:
+        return {}
+    query = select(MessageEvent).where(
+        MessageEvent.message_id.in_(message_ids),
+        MessageEvent.kind == "requeue",
+        MessageEvent.applied.is_(True),
+        MessageEvent.received_at >= since,
+    )
+    return {event.message_id: event for event in session.scalars(query.order_by(MessageEvent.id))}

@@ -79,6 +79,8 @@ def index() -> ResponseReturnValue:
         lanes=LANES,
         periods=PERIODS,
         args=request.args,
+        # The list's refresh keeps saying what was requeued since this page loaded.
+        loaded=now(),
         now=now(),
     )
 

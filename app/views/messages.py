@@ -20,7 +20,7 @@ from app.repo.reveals import reveal_recipient as reveal_recipient_of
 from app.repo.timeline import REFUSALS, MessageStory, message_story
 from app.views.pages import is_htmx, now, scope_args, staff_blueprint
 from app.views.requeueing import advice_not_read, run_requeue, shown_cycle
-from app.views.ticket import ticket_summary
+from app.views.ticket import held_by, ticket_summary
 
 bp = staff_blueprint("messages", __name__)
 
@@ -58,6 +58,7 @@ def _context(story: MessageStory, *, full: bool = False) -> dict[str, object]:
         "action": action,
         "refusals": REFUSALS,
         "late": late_failures(story.events),
+        "held_by": held_by(story),
         "now": now(),
     }
 

@@ -15,13 +15,31 @@ from app.repo.timeline import MessageStory
 from app.views.pages import absolute, duration, mask_phone
 
 
+def held_by(story: MessageStory) -> str | None:
+    """What holds a waiting message (its identity or its campaign lane paused), or None.
+
+    A held message may still be `sending` (claimed before the pause, or the very attempt
+    that paused its identity), but nothing is sent until the pause ends: the page and the
+    ticket say held, never sending, and count no lease or next attempt down."""
+    m, identity = story.message, story.identity
+    if m.status not in ("queued", "sending"):
+        return None
+    if identity.paused_at is not None:
+        return "identity paused"
+    if m.lane == "campaign" and identity.campaign_paused_at is not None:
+        return "campaign lane paused"
+    return None
+
+
 def ticket_summary(story: MessageStory, meaning: str, now: datetime) -> str:
     m = story.message
     since = getattr(m, f"{m.status}_at", None)
     when = f" since {absolute(since)} ({duration(now - since)} ago)" if since else ""
+    held = held_by(story)
+    state = f"held ({held}), nothing is sent until it resumes" if held else f"{m.status}{when}"
     lines = [
         f"Message #{m.id} via {story.identity.provider}, to {mask_phone(m.recipient)}",
-        f"State: {m.status}{when}",
+        f"State: {state}",
     ]
     if m.status == "failed":
         error = m.last_error or {}

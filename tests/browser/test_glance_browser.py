@@ -8,7 +8,12 @@ from datetime import timedelta
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
+from sqlalchemy import update
 
+from app.models import Message
+from app.repo.identities import pause_identity
+
+from ..factories import make_message
 from ..views.dashboard_world import (
     NOW,
     Tenants,
@@ -180,3 +185,34 @@ def test_a_dead_letter_is_found_read_and_requeued_by_keyboard_alone(
     # The message's page: its raw answer box is reached by Tab as well.
     page.goto(f"{served.url}/messages/{message_id}")
     tab_to(page, "el.tagName === 'PRE'")
+
+
+def test_a_message_held_mid_attempt_by_a_paused_identity_reads_held_and_counts_nothing_down(
+    page: Page, served: Served, tenants: Tenants
+) -> None:
+    """Claimed (`sending`, a lease and a retry time running) when its identity was paused."""
+    message_id = make_message(served.db, tenants.acme, now=NOW - timedelta(minutes=1))
+    with served.db.transaction() as session:
+        pause_identity(session, tenants.acme.identity_id, "token expired", NOW)
+        session.execute(
+            update(Message)
+            .where(Message.id == message_id)
+            .values(
+                status="sending",
+                sending_at=NOW - timedelta(seconds=30),
+                lease_until=NOW + timedelta(seconds=20),
+                next_attempt_at=NOW + timedelta(seconds=40),
+            )
+        )
+    sign_in(page, served, "ops@acme.test")
+    page.goto(f"{served.url}/messages/{message_id}")
+    widget = page.locator("#status-widget")
+    expect(widget).to_contain_text("held (identity paused)")
+    expect(widget).to_contain_text("Nothing is sent until it resumes")
+    expect(widget).not_to_contain_text("sending")
+    expect(widget).not_to_contain_text("in flight until")
+    expect(widget).not_to_contain_text("next attempt")
+    expect(page.locator("#ticket-summary")).to_have_value(
+        re.compile(r"State: held \(identity paused\), nothing is sent until it resumes")
+    )
+    screenshot(page, "36-message-held-mid-attempt")

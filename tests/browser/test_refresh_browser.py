@@ -105,3 +105,34 @@ def test_search_results_refresh_their_states_keeping_focus(
     expect(page.locator(f"#hit-{second}")).to_contain_text("failed")
     assert focus_kept(page)
     screenshot(page, "72-search-refreshed")
+
+
+def test_a_requeue_on_the_page_stays_confirmed_after_the_refresh_and_a_dismissal_offers_undo(
+    page: Page, served: Served, tenants: Tenants
+) -> None:
+    db = served.db
+    requeued = failed_message(db, tenants.acme, minute=1)
+    dismissed = failed_message(db, tenants.acme, minute=2)
+    page.clock.install()
+    sign_in(page, served, "ops@acme.test")
+    page.get_by_role("link", name="Dead letters", exact=True).click()
+    row = page.locator(f"#dead-letter-{requeued}")
+    row.get_by_role("button", name="Requeue", exact=True).click()
+    expect(row).to_contain_text("Requeued: cycle 2, new provider key.")
+    other = page.locator(f"#dead-letter-{dismissed}")
+    other.get_by_label(f"Why dismiss #{dismissed}").fill("customer told by phone")
+    other.get_by_role("button", name="Dismiss").click()
+    expect(other).to_contain_text("Dismissed: off the list")
+
+    page.clock.run_for(15_100)  # the list's refresh
+    expect(row.get_by_role("status")).to_contain_text(
+        "by ops@acme.test: cycle 2, new provider key."
+    )
+    expect(row).to_contain_text("No longer a dead letter.")
+    expect(other.get_by_role("button", name="Undo the dismissal")).to_have_class("primary")
+    expect(other.get_by_role("button", name="Requeue", exact=True)).to_be_hidden()
+    screenshot(page, "36-dead-letters-requeue-kept-after-refresh")
+    other.get_by_text("Requeue it instead").click()
+    expect(other.get_by_role("button", name="Requeue", exact=True)).to_be_visible()
+    expect(other.get_by_role("button", name="Requeue", exact=True)).not_to_have_class("primary")
+    assert axe_violations(page) == []

@@ -68,6 +68,8 @@ def test_an_expired_token_pauses_the_identity_and_an_admin_replaces_it_and_resum
     page.goto(f"{served.url}/messages/{message_id}")
     expect(page.locator("#status-widget")).to_contain_text("held (identity paused)")
     expect(page.locator("#status-widget")).to_contain_text("paused automatically: code 190")
+    expect(page.locator("#status-widget .big")).not_to_contain_text("sending")
+    expect(page.locator("#status-widget")).not_to_contain_text("in flight until")
     screenshot(page, "61-token-message-held")
 
     page.get_by_role("link", name="Identities", exact=True).click()

@@ -103,6 +103,35 @@ def test_a_message_held_by_a_paused_identity_says_held_not_sending(
     assert "◐</span> sending" not in page
 
 
+def test_a_held_message_mid_attempt_counts_no_lease_or_retry_down_and_its_ticket_says_held(
+    client: FlaskClient, db: Database, tenants: Tenants
+) -> None:
+    """Claimed, with a lease and a retry time, when its identity was paused: the page, its
+    3-second refresh and the ticket summary say held, never sending, and count nothing
+    down."""
+    message_id = make_message(db, tenants.acme, now=NOW - timedelta(minutes=1))
+    with db.transaction() as session:
+        pause_identity(session, tenants.acme.identity_id, "token expired", NOW)
+        session.execute(
+            update(Message).values(
+                status="sending",
+                sending_at=NOW - timedelta(seconds=30),
+                lease_until=NOW + timedelta(seconds=20),
+                next_attempt_at=NOW + timedelta(seconds=40),
+            )
+        )
+    for path in (f"/messages/{message_id}", f"/messages/{message_id}/status"):
+        page = text(client, path)
+        widget = page.split('id="status-widget"', 1)[1].split("</section>", 1)[0]
+        assert "held (identity paused)" in widget
+        assert "Nothing is sent until it resumes" in widget
+        assert "sending" not in widget.replace("state-box-sending", "")
+        assert "in flight until" not in widget and "next attempt" not in widget
+    page = text(client, f"/messages/{message_id}")
+    assert "State: held (identity paused), nothing is sent until it resumes" in page
+    assert "State: sending" not in page
+
+
 def test_a_read_message_counts_no_lease_down(
     client: FlaskClient, db: Database, tenants: Tenants
 ) -> None:
