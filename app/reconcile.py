@@ -73,8 +73,9 @@ from app.repo.matching import (
     lock_message_of_identity,
     record_provider_id,
 )
-from app.repo.messages import Transition, apply_status, parse_correlation_id
+from app.repo.messages import parse_correlation_id
 from app.repo.sql import is_postgresql
+from app.repo.transitions import Transition, apply_status
 from app.repo.watermarks import messages_under_watermark
 from app.repo.webhook_sql import apply_by_provider_id, record_one_status
 from app.repo.windows import open_window

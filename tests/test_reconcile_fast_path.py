@@ -26,7 +26,7 @@ from app.reconcile import (
     record_delivery,
 )
 from app.repo.inbox import IncomingStatus
-from app.repo.messages import apply_status
+from app.repo.transitions import apply_status
 
 from .conftest import SECRET_KEY
 from .factories import World, make_world

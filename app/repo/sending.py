@@ -20,8 +20,8 @@ from app.reconcile import apply_parked, record_double_send
 from app.repo.claims import Claim
 from app.repo.events import append_event, note_worker_event
 from app.repo.identities import get_identity, is_stale_for, pause_identity
-from app.repo.messages import Transition, apply_status
 from app.repo.sql import DriverStatement, is_postgresql, keyed, rows_changed, still_null
+from app.repo.transitions import Transition, apply_status
 
 _attempts = cast(Table, Attempt.__table__)
 

@@ -14,7 +14,7 @@ sent outside a transaction so that PostgreSQL commits it as it runs (no BEGIN, n
                         and claim and finish the status row
 
 They do what the general path does (`app/repo/inbox.py`, `app/repo/matching.py`,
-`app/repo/messages.py`), in the same order and under the same locks: the message row is
+`app/repo/transitions.py`), in the same order and under the same locks: the message row is
 locked first (`cur`), the status row is updated only after (its statement waits on
 `cur`). The state machine still decides: `decide` (`app/lifecycle.py`) is asked for every
 state the message could be in, and its answers are written into the statement, which picks

@@ -16,7 +16,7 @@ from app.crypto import SecretBox
 from app.db import Database
 from app.repo.callback_endpoints import EVENTS, create_endpoint
 from app.repo.cancels import cancel_message
-from app.repo.messages import requeue_message
+from app.repo.requeues import requeue_message
 from app.repo.sending import record_failed
 
 from ..conftest import SECRET_KEY, T0

@@ -27,8 +27,7 @@ from app.reconcile import apply_recorded, apply_stored_status, record_delivery
 from app.repo.claims import Claim, claim_message
 from app.repo.inbox import IncomingStatus
 from app.repo.matching import record_provider_id
-from app.repo.messages import requeue_message
-from app.repo.requeues import requeue_from_dashboard
+from app.repo.requeues import requeue_from_dashboard, requeue_message
 from app.repo.sending import (
     accept_at_once,
     mark_lost_attempt,

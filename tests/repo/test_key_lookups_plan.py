@@ -24,8 +24,8 @@ from app.reconcile import apply_matched_by_provider_id
 from app.repo.claims import Claim, claim_message
 from app.repo.inbox import claim_status, load_status, parked_status_ids
 from app.repo.matching import record_provider_id
-from app.repo.messages import _fill_timestamp
 from app.repo.sending import accept_at_once, record_late_acceptance, release_unsent
+from app.repo.transitions import _fill_timestamp
 
 from ..conftest import T0
 from ..factories import make_world

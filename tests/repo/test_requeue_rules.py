@@ -14,7 +14,7 @@ from app.db import Database
 from app.models import Message, MessageEvent
 from app.repo.claims import Claim, claim_message
 from app.repo.inbox import IncomingStatus, store_delivery, store_statuses
-from app.repo.messages import RequeueRefusedError, requeue_message
+from app.repo.requeues import RequeueRefusedError, requeue_message
 from app.repo.sending import (
     finish_attempt,
     record_accepted,

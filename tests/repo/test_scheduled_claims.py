@@ -19,9 +19,9 @@ from app.repo.callback_endpoints import EVENTS, create_endpoint
 from app.repo.claims import Claim, claim_batch, claim_message
 from app.repo.due import count_due, earliest_due
 from app.repo.expiry import expire_due
-from app.repo.messages import requeue_message
 from app.repo.overview import due_since, stuck_messages
 from app.repo.queue import dead_letters, due_drains
+from app.repo.requeues import requeue_message
 from app.repo.sending import start_attempt
 
 from ..conftest import SECRET_KEY, T0

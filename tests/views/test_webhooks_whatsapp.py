@@ -18,7 +18,7 @@ from app.db import Database
 from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
 from app.repo.claims import claim_message
 from app.repo.identities import update_identity
-from app.repo.messages import requeue_message
+from app.repo.requeues import requeue_message
 from app.repo.sending import finish_attempt, record_accepted, record_failed, start_attempt
 
 from ..conftest import T0
