@@ -77,7 +77,8 @@ from app.repo.messages import parse_correlation_id
 from app.repo.sql import is_postgresql
 from app.repo.transitions import Transition, apply_status
 from app.repo.watermarks import messages_under_watermark
-from app.repo.webhook_sql import apply_by_provider_id, record_one_status
+from app.repo.webhook_sql import record_one_status
+from app.repo.webhook_sql_apply import apply_by_provider_id
 from app.repo.windows import open_window
 
 log = logging.getLogger(__name__)
