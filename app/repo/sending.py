@@ -16,11 +16,12 @@ from sqlalchemy.orm import Session
 from app.lifecycle import Refusal, Source, Status
 from app.models import Attempt, Identity, Message, MessageEvent
 from app.providers.dead_letter_order import rank_of
-from app.reconcile import apply_parked, record_double_send
 from app.repo.claims import Claim
 from app.repo.events import append_event, note_worker_event
 from app.repo.identities import get_identity, is_stale_for, pause_identity
 from app.repo.sql import DriverStatement, is_postgresql, keyed, rows_changed, still_null
+from app.repo.status_apply import apply_parked
+from app.repo.status_match import record_double_send
 from app.repo.transitions import Transition, apply_status
 
 _attempts = cast(Table, Attempt.__table__)

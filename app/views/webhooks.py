@@ -50,11 +50,11 @@ from app.reconcile import (
     record_delivery,
     record_single_status,
     recorded_in_one_statement,
-    watermark_statuses,
 )
 from app.repo.identities import identities_with_verify_token
 from app.repo.inbox import IncomingStatus
 from app.repo.routing import RememberedRouting, RoutedIdentity, routed_identities
+from app.repo.watermarks import watermark_statuses
 from app.views.account_webhooks import (
     keep_account_changes_beside,
     learn_business_accounts_of,

@@ -23,7 +23,7 @@ from app.correlation import derive_key
 from app.db import Database
 from app.models import Attempt, Message, MessageEvent, WebhookStatus
 from app.providers.base import SendResult
-from app.reconcile import apply_recorded, apply_stored_status, record_delivery
+from app.reconcile import apply_recorded, record_delivery
 from app.repo.claims import Claim, claim_message
 from app.repo.inbox import IncomingStatus
 from app.repo.matching import record_provider_id
@@ -34,6 +34,7 @@ from app.repo.sending import (
     record_failed,
     start_attempt,
 )
+from app.repo.status_apply import apply_stored_status
 from jobs.record import record_outcome
 
 from ..conftest import SECRET_KEY, T0

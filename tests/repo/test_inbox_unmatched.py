@@ -20,7 +20,7 @@ from app.repo.inbox import (
     store_statuses,
 )
 from app.repo.sending import finish_attempt, record_accepted, start_attempt
-from app.repo.webhooks import apply_webhook_status
+from app.repo.status_apply import apply_webhook_status
 
 from ..conftest import T0
 from ..factories import make_message, make_world

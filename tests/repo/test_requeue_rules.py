@@ -22,7 +22,7 @@ from app.repo.sending import (
     start_attempt,
     take_verdict,
 )
-from app.repo.webhooks import apply_webhook_status
+from app.repo.status_apply import apply_webhook_status
 
 from ..conftest import T0
 from ..factories import World, make_message, make_world
