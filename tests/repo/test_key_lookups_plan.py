@@ -20,10 +20,11 @@ from sqlalchemy import event, select, text
 
 from app.db import Database
 from app.models import Message, WebhookStatus
+from app.repo.acceptance import accept_at_once, record_late_acceptance
 from app.repo.claims import Claim, claim_message
+from app.repo.give_back import release_unsent
 from app.repo.inbox import claim_status, load_status, parked_status_ids
 from app.repo.matching import record_provider_id
-from app.repo.sending import accept_at_once, record_late_acceptance, release_unsent
 from app.repo.status_apply import apply_matched_by_provider_id
 from app.repo.transitions import _fill_timestamp
 
