@@ -14,7 +14,7 @@ from typing import Any
 
 from app import instruments
 from app.lifecycle import Refusal, Status
-from app.repo.messages import Transition
+from app.repo.transitions import Transition
 
 log = logging.getLogger("app.reconcile")
 

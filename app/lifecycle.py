@@ -1,7 +1,7 @@
 """The message state machine: the one rule every other module obeys.
 
 Pure: no I/O, no imports from the rest of Ratchet, time passed in by the caller.
-`app/repo/messages.py` applies these decisions in SQL as a compare-and-set update.
+`app/repo/transitions.py` applies these decisions in SQL as a compare-and-set update.
 
 States are ordered ``queued < sending < sent < delivered < read``; ``failed`` stands
 apart. A status moves only forward; ``failed`` is left only by an operator's requeue.

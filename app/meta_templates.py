@@ -21,7 +21,6 @@ from sqlalchemy.orm import Session
 from app.lifecycle import Source, Status
 from app.providers.base import FailureClass
 from app.repo.events import append_event
-from app.repo.messages import apply_status
 from app.repo.provider_events import KeptEvent
 from app.repo.template_holds import (
     Waiting,
@@ -32,6 +31,7 @@ from app.repo.template_holds import (
     shared_with_another_tenant,
     waiting_with_template,
 )
+from app.repo.transitions import apply_status
 
 TEMPLATE_STATUS = "message_template_status_update"
 HOLDING = frozenset({"PAUSED", "DISABLED", "REJECTED"})

@@ -34,10 +34,12 @@ from app.providers.base import (
     SendResult,
 )
 from app.providers.http import DeadlineExceededError
+from app.repo.attempts import finish_attempt
 from app.repo.claims import Claim
 from app.repo.events import note_worker_event
 from app.repo.expiry import EXPIRED, expired_error
-from app.repo.sending import finish_attempt, record_failed, release_unsent
+from app.repo.failures import record_failed
+from app.repo.give_back import release_unsent
 from app.repo.watermarks import stamp_call_start
 from jobs.record import record_outcome
 

@@ -16,20 +16,13 @@ from sqlalchemy.orm import Session
 from app.config import Config
 from app.logs import log_context
 from app.providers.base import FailureClass, SendResult
+from app.repo.acceptance import accept_at_once, record_accepted, record_late_acceptance
+from app.repo.attempts import finish_attempt
 from app.repo.claims import Claim
 from app.repo.due import owed_verdicts
+from app.repo.failures import record_failed, record_retry, take_verdict
+from app.repo.give_back import Hold, record_held
 from app.repo.messages import get_message
-from app.repo.sending import (
-    Hold,
-    accept_at_once,
-    finish_attempt,
-    record_accepted,
-    record_failed,
-    record_held,
-    record_late_acceptance,
-    record_retry,
-    take_verdict,
-)
 from app.retry import Step, plan_after_failure
 
 log = logging.getLogger(__name__)

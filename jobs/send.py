@@ -29,17 +29,12 @@ from app.db import Database
 from app.models import Identity, Message
 from app.providers import PROVIDERS, get_provider
 from app.providers.base import Credentials, FailureClass, OutboundMessage
+from app.repo.attempts import insert_attempts, mark_lost_attempt, start_attempt
 from app.repo.claims import Claim, claim_message, claimed_messages
 from app.repo.due import due_again_at
+from app.repo.failures import record_retry, take_verdict
 from app.repo.identities import get_identity, pause_identity, reveal_secrets, token_problem
 from app.repo.messages import get_message
-from app.repo.sending import (
-    insert_attempts,
-    mark_lost_attempt,
-    record_retry,
-    start_attempt,
-    take_verdict,
-)
 from app.retry import Step, plan_after_failure
 from jobs.call import Prepared, call_and_record
 

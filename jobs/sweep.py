@@ -35,12 +35,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.config import Config
 from app.db import Database, end_stalled_sessions
-from app.reconcile import apply_webhook_status
 from app.repo.bulkplans import PREVIEW_LIFETIME, expire_previews, running_plan_ids
 from app.repo.callback_outbox import endpoints_with_due
 from app.repo.chart_rollup import fold_charts
 from app.repo.inbox import expire_parked, pending_status_ids
 from app.repo.queue import due_drains
+from app.repo.status_apply import apply_webhook_status
 from jobs.alerts import AlertEvaluator
 from jobs.bulk import run_plan
 from jobs.callback_listener import CallbackListener

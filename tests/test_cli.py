@@ -362,8 +362,8 @@ def test_requeue_is_refused_when_a_refused_delivered_shows_it_reached_the_phone(
 
     from app.lifecycle import Source, Status
     from app.repo.claims import claim_message
-    from app.repo.messages import apply_status
-    from app.repo.sending import record_failed
+    from app.repo.failures import record_failed
+    from app.repo.transitions import apply_status
 
     from .conftest import T0
     from .factories import make_message, make_world

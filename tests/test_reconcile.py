@@ -17,14 +17,9 @@ from sqlalchemy import event, func, select
 
 from app.db import Database
 from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
-from app.reconcile import (
-    InboundMessage,
-    StatusesRefusedError,
-    apply_recorded,
-    apply_webhook_status,
-    record_delivery,
-)
+from app.reconcile import InboundMessage, StatusesRefusedError, apply_recorded, record_delivery
 from app.repo.inbox import IncomingStatus
+from app.repo.status_apply import apply_webhook_status
 from app.repo.windows import is_window_open
 
 from .conftest import T0

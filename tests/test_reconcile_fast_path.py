@@ -19,14 +19,10 @@ from app.correlation import derive_key
 from app.db import Database
 from app.lifecycle import Source, Status
 from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
-from app.reconcile import (
-    Recorded,
-    apply_recorded,
-    apply_webhook_status,
-    record_delivery,
-)
+from app.reconcile import Recorded, apply_recorded, record_delivery
 from app.repo.inbox import IncomingStatus
-from app.repo.messages import apply_status
+from app.repo.status_apply import apply_webhook_status
+from app.repo.transitions import apply_status
 
 from .conftest import SECRET_KEY
 from .factories import World, make_world

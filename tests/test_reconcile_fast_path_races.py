@@ -21,8 +21,10 @@ from app.db import Database
 from app.lifecycle import Source, Status
 from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
 from app.reconcile import apply_recorded, record_delivery
-from app.repo.messages import apply_status, requeue_message
-from app.repo.sending import accept_at_once, finish_attempt, record_accepted
+from app.repo.acceptance import accept_at_once, record_accepted
+from app.repo.attempts import finish_attempt
+from app.repo.requeues import requeue_message
+from app.repo.transitions import apply_status
 from jobs.sweep import sweep_once
 
 from .factories import World, make_world

@@ -9,7 +9,7 @@ from app.cli.setup import os_user
 from app.clock import utcnow
 from app.db import get_db
 from app.providers.base import FailureClass
-from app.repo import messages, staff
+from app.repo import requeues, staff
 from app.repo.cancels import MessageNotFoundError, cancel_message
 from app.repo.queue import dead_letters
 from jobs.ringing import ring_message
@@ -27,7 +27,7 @@ def message_requeue(message_id: int, actor: str | None, force: bool, reason: str
     actor = actor or os_user()
     try:
         with get_db().transaction() as session:
-            message = messages.requeue_message(
+            message = requeues.requeue_message(
                 session, message_id, utcnow(), actor=actor, force=force, reason=reason
             )
             staff.record_audit(
@@ -39,7 +39,7 @@ def message_requeue(message_id: int, actor: str | None, force: bool, reason: str
                 {"forced": force, "reason": reason, "cycle": message.cycle, "via": "cli"},
                 tenant_id=message.tenant_id,
             )
-    except messages.RequeueRefusedError as exc:
+    except requeues.RequeueRefusedError as exc:
         raise click.ClickException(str(exc)) from exc
     key = (
         "the same provider key (an earlier attempt's outcome was unknown: the provider may hold it)"

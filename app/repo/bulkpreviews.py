@@ -27,7 +27,7 @@ from app.providers.base import FailureClass
 from app.repo.bulkplans import CANCEL, PREVIEWED, REQUEUE, get_plan
 from app.repo.campaigns import CampaignFilter
 from app.repo.deadletters import Filters, advice, apply_filters
-from app.repo.messages import provider_may_hold
+from app.repo.requeues import provider_may_hold
 
 # Selected by default: the failures a second try can fix with nobody changing anything.
 DEFAULT_CLASSES = frozenset({FailureClass.EXHAUSTED.value})

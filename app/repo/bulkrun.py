@@ -31,7 +31,7 @@ from app.models import Message
 from app.models_operations import BulkPlan, BulkPlanItem
 from app.repo.bulkplans import CANCEL, DONE, RUNNING, get_plan, progress_detail, record_plan_audit
 from app.repo.cancels import cancel_message
-from app.repo.messages import RequeueRefusedError, provider_may_hold, requeue_message
+from app.repo.requeues import RequeueRefusedError, provider_may_hold, requeue_message
 
 CHUNK = 100
 REQUEUED, CANCELED = "requeued", "canceled"

@@ -23,9 +23,9 @@ from app.lifecycle import Source, Status
 from app.models import Identity, Message
 from app.providers.base import FailureClass
 from app.providers.dead_letter_order import rank_of
-from app.repo.messages import apply_status
 from app.repo.sql import keyed, rows_changed
 from app.repo.staff import record_audit
+from app.repo.transitions import apply_status
 
 CANCELED = FailureClass.CANCELED.value
 

@@ -1,8 +1,8 @@
 """Claims: taking due messages for an attempt, one or a batch, as fenced updates.
 
 A claim moves a message to (or keeps it in) `sending` with a fresh attempt number and a
-lease; every write that records the attempt's outcome (`app/repo/sending.py`) is fenced on
-that attempt and cycle.
+lease; every write that records the attempt's outcome is fenced on that attempt and cycle
+(`fenced`, in `app/repo/attempts.py`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from app.lifecycle import Source, Status
 from app.models import Message
 from app.providers.base import FailureClass
 from app.repo.claims import is_due, is_waiting
-from app.repo.messages import apply_status
+from app.repo.transitions import apply_status
 
 EXPIRED = FailureClass.EXPIRED.value
 

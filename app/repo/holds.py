@@ -1,7 +1,7 @@
 """Whether the provider may hold a deliverable copy of a failed message: the rule the
 requeue guard keeps (docs/design.md section 8), for many messages in five queries.
 
-`app/repo/messages.py: provider_may_hold` asks it for one message; the dead-letter page
+`app/repo/requeues.py: provider_may_hold` asks it for one message; the dead-letter page
 asks for its fifty rows at once, so a page costs the same few queries at any size.
 """
 

@@ -18,7 +18,7 @@ from app.crypto import SecretBox
 from app.lifecycle import Status
 from app.models import Identity, Message
 from app.repo import identities
-from app.repo.sending import release_held
+from app.repo.give_back import release_held
 from app.repo.sql import rows_changed
 from app.repo.staff import record_audit
 

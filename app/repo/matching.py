@@ -1,6 +1,7 @@
 """The reconciler's lookups: which message a provider's status is about, found and locked.
 
-Small primitives for `app/reconcile.py`, which decides what to do with what they find.
+Small primitives for `app/repo/status_match.py`, which decides what to do with what they
+find.
 Each one locks the message row it returns (`FOR UPDATE`; SQLite's `BEGIN IMMEDIATE`
 serialises writers instead), so the state it reads cannot change before the caller acts,
 and the caller can hand that state straight to `apply_status(..., known=...)`.

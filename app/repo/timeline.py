@@ -22,7 +22,7 @@ from app.models import (
     WebhookDelivery,
     WebhookStatus,
 )
-from app.repo.messages import provider_may_hold
+from app.repo.requeues import provider_may_hold
 
 # Why a refused event did not apply, in a support person's words.
 REFUSALS = {

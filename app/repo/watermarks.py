@@ -6,9 +6,9 @@ answers only "which messages are those": the thread is the identity (the Page or
 account) and the recipient (the PSID / IGSID); a message counts when its current send
 call started at or before the watermark, by our clock (`stamp_call_start`: the call's
 real start, written with its outcome, never the claim's time, which a batch queued behind
-busy call threads may precede by seconds). `app/reconcile.py` (step 1c) turns each match
-into an ordinary status under that message's provider id, so it goes through the same
-store, dedupe and forward-only guard as any other.
+busy call threads may precede by seconds). `watermark_statuses` (step 1c of
+`app/reconcile.py`) turns each match into an ordinary status under that message's provider
+id, so it goes through the same store, dedupe and forward-only guard as any other.
 
 A message whose send answer has not been recorded yet (no provider id) is not matched:
 there is no id to store the status under. One whose provider id came from the provider
@@ -25,9 +25,11 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from app.lifecycle import RANK, Status
+from app.lifecycle import PROVIDER_WORDS, RANK, Status
 from app.models import Message
+from app.providers.base import Watermark
 from app.repo.claims import Claim
+from app.repo.inbox import IncomingStatus
 
 
 def stamp_call_start(session: Session, claim: Claim, provider: str, started: datetime) -> None:
@@ -87,3 +89,37 @@ def messages_under_watermark(
         .order_by(Message.id)
     )
     return [WatermarkMatch(row.id, row.provider_message_id) for row in rows]
+
+
+def watermark_statuses(
+    session: Session, provider: str, watermarks: list[Watermark], ids: dict[str, int]
+) -> list[IncomingStatus]:
+    """Step 1c, for Messenger's `message_deliveries` without `mids` and its `message_reads`
+    (Instagram's `messaging_seen`): each watermark says "every message of this thread
+    (the Page or account, and the PSID / IGSID) sent at or before this instant". It runs
+    before the statuses are stored, in `record_delivery`'s transaction: each covered
+    message becomes one ordinary status under its provider id, so it is stored, deduped
+    (a later per-mid receipt for it is a duplicate) and matched by id (1a), and the guard
+    decides as ever: a watermark never moves a message backwards, nor another thread's.
+    Watermarks under identities we do not know match nothing; their raw delivery is kept."""
+    found: list[IncomingStatus] = []
+    for mark in watermarks:
+        identity_id = ids.get(mark.routing_id)
+        target = PROVIDER_WORDS.get(mark.status)
+        if identity_id is None or target is None:
+            continue
+        for covered in messages_under_watermark(
+            session, identity_id, mark.recipient, mark.watermark_ms, target
+        ):
+            found.append(
+                IncomingStatus(
+                    identity_id=identity_id,
+                    routing_id=mark.routing_id,
+                    provider=provider,
+                    provider_message_id=covered.provider_message_id,
+                    status=mark.status,
+                    provider_time=mark.provider_time,
+                    raw={"watermark": mark.watermark_ms, "event": mark.raw},
+                )
+            )
+    return found

@@ -26,35 +26,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from app import instruments
-from app.clock import utcnow
 from app.config import Config
 from app.db import Database, get_db, request_db
 from app.providers import get_provider
 from app.providers.base import Provider, WebhookBatch, WebhookFormatError
 from app.providers.whatsapp_account import business_account_ids
-from app.reconcile import (
-    InboundMessage,
-    RawDelivery,
-    Recorded,
-    StatusesRefusedError,
-    apply_recorded,
-    keep_raw_delivery,
-    record_delivery,
-    record_single_status,
-    recorded_in_one_statement,
-    watermark_statuses,
-)
+from app.reconcile import apply_recorded
 from app.repo.identities import identities_with_verify_token
-from app.repo.inbox import IncomingStatus
-from app.repo.routing import RememberedRouting, RoutedIdentity, routed_identities
+from app.repo.routing import RoutedIdentity
 from app.views.account_webhooks import (
     keep_account_changes_beside,
     learn_business_accounts_of,
@@ -62,10 +47,7 @@ from app.views.account_webhooks import (
 )
 from app.views.body import BodyError, kept_headers, parse_json, read_body
 from app.views.errors import json_error
-from app.views.webhook_values import WINDOW_RECIPIENT, incoming_statuses, storable_statuses
-from app.views.webhook_values import fits as _fits
-from app.views.webhook_verify import refused as _refused
-from app.views.webhook_verify import verified as _verified
+from app.views.webhook_record import Arrival, Stored, remembered_routing, verify_and_record
 
 log = logging.getLogger(__name__)
 
@@ -139,9 +121,35 @@ def _handshake(providers: tuple[str, ...]) -> ResponseReturnValue:
 def receive(
     provider: Provider, by_object: Mapping[str, Provider] | None = None
 ) -> ResponseReturnValue:
-    """`by_object`: the endpoint serves several providers, told apart by `object`."""
+    """`by_object`: the endpoint serves several providers, told apart by `object`.
+
+    1. Read and parse the delivery: refused (400) before any lookup, or handed to the
+       account events' view.
+    2. Verify it and record it (`verify_and_record`): with the identity this process
+       remembers where it can (the fast path), else with the identities looked up.
+    3. Learn a WhatsApp number's business account from it.
+    4. Apply its statuses, each in its own transaction, and answer with the counts.
+    """
     config: Config = current_app.config["RATCHET"]
-    raw = read_body(config.max_webhook_body)
+    arrived = _arrival(provider, by_object, read_body(config.max_webhook_body))
+    if not isinstance(arrived, Arrival):
+        return arrived
+    # Every unit of work of the request (the lookup, the raw delivery with its statuses,
+    # then each status) on one pooled connection.
+    db = request_db()
+    stored, by_route = verify_and_record(db, arrived)
+    if not isinstance(stored, Stored):
+        return stored
+    if arrived.provider.name == "whatsapp":
+        _learn_business_accounts(db, arrived, by_route, stored)
+    return _apply_and_answer(db, arrived, stored)
+
+
+def _arrival(
+    provider: Provider, by_object: Mapping[str, Provider] | None, raw: bytes
+) -> Arrival | ResponseReturnValue:
+    """The delivery parsed, not yet verified; or the answer to it, before any lookup (400,
+    or the account events' view for a delivery naming a business account alone)."""
     try:
         payload = parse_json(raw)
         if not isinstance(payload, dict):
@@ -162,57 +170,36 @@ def receive(
             f"the delivery names {len(routing_ids)} {provider.name} identities; "
             f"a real one names at most {MAX_ROUTING_IDS}",
         )
-
     try:
         batch: WebhookBatch | None = provider.parse_webhook(payload)
         not_understood = None
     except WebhookFormatError as exc:
         batch, not_understood = None, exc
+    headers = kept_headers(request.headers)
+    return Arrival(provider, raw, headers, routing_ids, batch, payload, not_understood)
 
-    # Every unit of work of the request (the lookup, the raw delivery with its statuses,
-    # then each status) on one pooled connection.
-    db = request_db()
-    arrived = Arrival(provider, raw, kept_headers(request.headers), routing_ids, batch)
-    stored: Stored | NotVerified | ResponseReturnValue | None = None
-    remembered = None
-    by_route: dict[str, RoutedIdentity] = {}
-    if db.postgresql and arrived.one_plain_status():
-        # One status of one number, WhatsApp's usual delivery: verified with the identity
-        # this process remembers, and recorded only if it still has that secret.
-        remembered = remembered_routing().get(provider.name, routing_ids[0])
-        if remembered is not None:
-            by_route = {routing_ids[0]: remembered}
-            stored = _store(db, arrived, by_route, remembered=True)
-    # Looked up: nothing remembered, or what was remembered did not do. Twice at most: the
-    # record also checks the secret it was verified with, and a secret set again between
-    # a lookup and the record makes that lookup's verdict void.
-    for _ in range(2):
-        if stored is not None and not isinstance(stored, NotVerified):
-            break
-        with db.autocommit() as connection:  # one read
-            by_route = routed_identities(connection, provider.name, routing_ids)
-        remembered_routing().keep(provider.name, by_route)
-        if isinstance(stored, NotVerified) and list(by_route.values()) == [remembered]:
-            # The same sealed secret that just failed to verify it: no second check.
-            stored = _refused(provider, known=True)
-        else:
-            stored = _store(db, arrived, by_route, remembered=False)
-    if stored is None or isinstance(stored, NotVerified):
-        return _refused(provider, known=True)
-    if not isinstance(stored, Stored):
-        return stored
-    if provider.name == "whatsapp":
-        # A number's business account, learned from the first delivery naming both.
-        for routing_id in learn_business_accounts_of(db, payload, by_route):
-            remembered_routing().forget(provider.name, routing_id)
-        keep_account_changes_beside(
-            db, provider, raw, arrived.headers, stored.recorded.delivery_id, payload
-        )
+
+def _learn_business_accounts(
+    db: Database, arrived: Arrival, by_route: dict[str, RoutedIdentity], stored: Stored
+) -> None:
+    """A number's business account, learned from the first delivery naming both."""
+    provider, payload = arrived.provider, arrived.payload
+    for routing_id in learn_business_accounts_of(db, payload, by_route):
+        remembered_routing().forget(provider.name, routing_id)
+    keep_account_changes_beside(
+        db, provider, arrived.raw, arrived.headers, stored.recorded.delivery_id, payload
+    )
+
+
+def _apply_and_answer(db: Database, arrived: Arrival, stored: Stored) -> ResponseReturnValue:
+    """Apply each recorded status in its own transaction; answer with the counts."""
+    provider, batch = arrived.provider, arrived.batch
     recorded, unstorable, now = stored.recorded, stored.unstorable, stored.now
     delivery_id = recorded.delivery_id
     if batch is None:
         # Signed by the provider but not a shape we know: kept verbatim for a person to
         # read, and acknowledged, since a non-2xx would only make it come back.
+        not_understood = arrived.not_understood
         log.error(
             "%s delivery %s kept but not understood: %s", provider.name, delivery_id, not_understood
         )
@@ -236,134 +223,6 @@ def receive(
         if n:
             instruments.WEBHOOK_STATUSES.labels(provider.name, result).inc(n)
     return jsonify(received=len(batch.statuses), inbound=len(batch.inbound), results=counts)
-
-
-class NotVerified:
-    """`_store` with remembered identities: the signature does not verify with them."""
-
-
-NOT_VERIFIED = NotVerified()
-
-
-def remembered_routing() -> RememberedRouting:
-    """The identities this app last read for each routing id (see `RememberedRouting`)."""
-    memory: RememberedRouting = current_app.extensions.setdefault(
-        "ratchet.routing", RememberedRouting()
-    )
-    return memory
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """A delivery as it came: parsed, not yet verified."""
-
-    provider: Provider
-    raw: bytes
-    headers: dict[str, str]
-    routing_ids: list[str]
-    batch: WebhookBatch | None
-
-    def one_plain_status(self) -> bool:
-        """One number, one status, and nothing else."""
-        batch = self.batch
-        return (
-            len(self.routing_ids) == 1
-            and batch is not None
-            and len(batch.statuses) == 1
-            and not batch.inbound
-            and not batch.watermarks
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    recorded: Recorded
-    unstorable: int  # statuses with values no real one has, kept in the raw body alone
-    now: datetime
-
-
-def _store(
-    db: Database, arrived: Arrival, by_route: dict[str, RoutedIdentity], *, remembered: bool
-) -> Stored | NotVerified | ResponseReturnValue | None:
-    """Verify the delivery against the identities it names and record it, with its
-    statuses, before any is applied: as one statement committed on its own for the usual
-    single status (PostgreSQL), else in a transaction. An answer (401, or 202 for
-    statuses the database refused) when that is all there is to say.
-
-    The one-statement record also checks that the identity still has the secret that
-    verified the delivery: None (nothing stored; look it up again) where it does not.
-    `remembered`: `by_route` is this app's memory, not a lookup. Then NOT_VERIFIED where
-    the signature does not verify with it, and None (nothing stored, look the identities
-    up) where the delivery is not one plain status or the database refused it."""
-    provider, batch = arrived.provider, arrived.batch
-    known = list(by_route.values())
-    if not known or not _verified(provider, arrived.raw, arrived.headers, known):
-        if remembered:
-            return NOT_VERIFIED
-        return _refused(provider, known=bool(known))
-    unknown = [rid for rid in arrived.routing_ids if rid not in by_route]
-    if unknown:
-        log.warning("%s webhook names unknown identities %s", provider.name, unknown)
-    now = utcnow()
-    # The delivery belongs to its identity when it names one; one naming several (one
-    # app's secret shared by several numbers or Pages, maybe several tenants') belongs to
-    # none, so no message page shows its whole body.
-    owner = known[0].id if len(known) == 1 else None
-    ids = {rid: identity.id for rid, identity in by_route.items()}
-    incoming: list[IncomingStatus] = []
-    unstorable = 0
-    inbound: list[InboundMessage] = []
-    if batch is not None:
-        incoming, unstorable = storable_statuses(incoming_statuses(provider, batch, ids))
-        inbound = [
-            InboundMessage(ids[item.routing_id], item.sender, item.provider_time)
-            for item in batch.inbound
-            if item.routing_id in ids and _fits(item.sender, WINDOW_RECIPIENT)
-        ]
-    watermarks = batch.watermarks if batch is not None else []
-    body = arrived.raw.decode("utf-8")
-    one_statement = (
-        db.postgresql and not watermarks and recorded_in_one_statement(incoming, inbound)
-    )
-    if remembered and not one_statement:
-        return None
-    try:
-        if one_statement:
-            raw_delivery = RawDelivery(provider.name, owner, arrived.headers, body, now)
-            sealed = known[0].app_secret_encrypted
-            assert sealed is not None  # it verified the delivery
-            with db.autocommit() as connection:
-                recorded = record_single_status(
-                    connection, raw_delivery, incoming[0], still_sealed=(known[0].id, sealed)
-                )
-            if recorded is None:  # its secret was set again since it was read
-                remembered_routing().forget(provider.name, arrived.routing_ids[0])
-                return None
-        else:
-            with db.transaction() as session:
-                if watermarks:
-                    # Messenger's receipts without mids: the covered messages of each thread.
-                    incoming += watermark_statuses(session, provider.name, watermarks, ids)
-                recorded = record_delivery(
-                    session,
-                    provider=provider.name,
-                    identity_id=owner,
-                    headers=arrived.headers,
-                    body=body,
-                    now=now,
-                    statuses=incoming,
-                    inbound=inbound,
-                )
-    except StatusesRefusedError as refused:
-        if remembered:
-            # Kept raw below only after a fresh lookup verified it: the refused statement
-            # could not check the secret.
-            return None
-        # Signed, but the database refuses its statuses: the raw delivery is kept on its
-        # own, and a 2xx all the same, or Meta would redeliver it for ever.
-        kept = keep_raw_delivery(db, refused)
-        return jsonify(received=0, stored=kept, error="statuses could not be stored"), 202
-    return Stored(recorded, unstorable, now)
 
 
 def _provider_by_object(by_object: Mapping[str, Provider], payload: dict[str, Any]) -> Provider:

@@ -1,6 +1,6 @@
 """PostgreSQL: `ratchet_abort(reason)`, which fails the statement that calls it.
 
-The webhook's one-statement apply (`app/repo/webhook_sql.py`) runs as a transaction of its
+The webhook's one-statement apply (`app/repo/webhook_sql_apply.py`) runs as a transaction of its
 own, with no BEGIN and COMMIT around it; where it finds that what it did must not stand
 (another applier finished the status first), it calls this, and PostgreSQL undoes the
 whole statement. SQLite has no such statement and needs nothing.

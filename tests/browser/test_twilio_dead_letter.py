@@ -14,8 +14,9 @@ from playwright.sync_api import Page, expect
 from twilio.request_validator import RequestValidator
 
 from app.clock import utcnow
+from app.repo.acceptance import record_accepted
+from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
-from app.repo.sending import record_accepted, start_attempt
 
 from ..factories import make_message, make_world
 from ..views.dashboard_world import T0, make_staff

@@ -16,8 +16,8 @@ from app.crypto import SecretBox
 from app.db import Database
 from app.lifecycle import Source, Status
 from app.repo.callback_endpoints import EVENTS, create_endpoint
-from app.repo.messages import apply_status
-from app.repo.sending import record_failed
+from app.repo.failures import record_failed
+from app.repo.transitions import apply_status
 from jobs.callbacks import deliver_due
 
 from ..conftest import SECRET_KEY, T0, make_app

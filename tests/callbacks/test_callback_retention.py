@@ -15,7 +15,7 @@ from app.db import Database
 from app.lifecycle import Source, Status
 from app.repo import callback_outbox as outbox
 from app.repo.callback_endpoints import EVENTS, create_endpoint
-from app.repo.messages import apply_status
+from app.repo.transitions import apply_status
 from jobs.retention import purge_content
 
 from ..conftest import SECRET_KEY, T0

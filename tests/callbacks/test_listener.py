@@ -11,7 +11,7 @@ from redis import Redis
 
 from app.db import Database
 from app.lifecycle import Source, Status
-from app.repo.messages import apply_status
+from app.repo.transitions import apply_status
 from jobs.callback_listener import CallbackListener
 from jobs.callbacks import callback_queue
 

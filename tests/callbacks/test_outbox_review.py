@@ -16,7 +16,7 @@ from app.db import Database
 from app.lifecycle import Source, Status
 from app.repo import callback_outbox as outbox
 from app.repo.callback_endpoints import EVENTS, create_endpoint, delete_endpoint, get_endpoint
-from app.repo.messages import apply_status
+from app.repo.transitions import apply_status
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_world

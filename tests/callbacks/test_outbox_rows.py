@@ -16,8 +16,8 @@ from app.crypto import SecretBox
 from app.db import Database
 from app.repo.callback_endpoints import EVENTS, create_endpoint
 from app.repo.cancels import cancel_message
-from app.repo.messages import requeue_message
-from app.repo.sending import record_failed
+from app.repo.failures import record_failed
+from app.repo.requeues import requeue_message
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_message, make_world

@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from app.db import Database
 from app.lifecycle import Source, Status
-from app.repo.messages import apply_status
+from app.repo.transitions import apply_status
 
 from ..factories import make_world
 from .conftest import add_endpoint, at, outbox, sent_message

@@ -14,9 +14,10 @@ from app.db import Database
 from app.lifecycle import Source, Status
 from app.models import Attempt, Message
 from app.repo.claims import claim_message
+from app.repo.give_back import record_held
 from app.repo.identities import pause_identity, resume_identity
-from app.repo.messages import RequeueRefusedError, apply_status, requeue_message
-from app.repo.sending import record_held
+from app.repo.requeues import RequeueRefusedError, requeue_message
+from app.repo.transitions import apply_status
 from jobs.send import send_one
 
 from ..conftest import SECRET_KEY, T0

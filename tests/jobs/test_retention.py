@@ -11,7 +11,7 @@ from flask import Flask
 
 from app.db import Database
 from app.models import Attempt, Message, MessageEvent, WebhookDelivery, WebhookStatus
-from app.repo.messages import RequeueRefusedError, requeue_message
+from app.repo.requeues import RequeueRefusedError, requeue_message
 from app.repo.tenant_settings import TenantSettings, set_tenant_settings
 from jobs.retention import purge_content
 from jobs.sweep import sweep_once

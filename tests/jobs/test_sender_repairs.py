@@ -11,9 +11,10 @@ from app.config import Config
 from app.crypto import SecretBox
 from app.db import Database
 from app.models import Attempt, Identity, Message, MessageEvent
+from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
+from app.repo.give_back import Hold, record_held
 from app.repo.identities import get_identity, pause_identity, resume_identity, update_identity
-from app.repo.sending import Hold, record_held, start_attempt
 from jobs.send import send_one
 
 from ..conftest import SECRET_KEY, T0

@@ -16,7 +16,7 @@ from rq import Queue, SimpleWorker
 from sqlalchemy import text
 
 from app.clock import utcnow
-from app.repo.messages import requeue_message
+from app.repo.requeues import requeue_message
 from app.repo.shards import message_shard
 from app.shards import shard_key_of, shard_of
 from jobs.queues import queue_name

@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 from app.clock import utcnow
 from app.models import Identity
 from app.providers.base import Watermark
-from app.reconcile import watermark_statuses
 from app.repo.inbox import store_delivery, store_statuses
-from app.repo.webhooks import apply_webhook_status
+from app.repo.status_apply import apply_webhook_status
+from app.repo.watermarks import watermark_statuses
 from jobs.drain import Drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys

@@ -21,10 +21,12 @@ from app.db import Database
 from app.lifecycle import Source, Status
 from app.models import Attempt, Message, MessageEvent
 from app.providers.base import SendResult
+from app.repo.acceptance import accept_at_once, record_accepted
+from app.repo.attempts import finish_attempt, start_attempt
 from app.repo.claims import Claim, claim_message
 from app.repo.inbox import IncomingStatus, store_delivery, store_statuses
-from app.repo.messages import apply_status, get_message
-from app.repo.sending import accept_at_once, finish_attempt, record_accepted, start_attempt
+from app.repo.messages import get_message
+from app.repo.transitions import apply_status
 from jobs.record import record_outcome
 
 from ..conftest import SECRET_KEY, T0

@@ -23,18 +23,15 @@ from app.correlation import derive_key
 from app.db import Database
 from app.models import Attempt, Message, MessageEvent, WebhookStatus
 from app.providers.base import SendResult
-from app.reconcile import apply_recorded, apply_stored_status, record_delivery
+from app.reconcile import apply_recorded, record_delivery
+from app.repo.acceptance import accept_at_once
+from app.repo.attempts import mark_lost_attempt, start_attempt
 from app.repo.claims import Claim, claim_message
+from app.repo.failures import record_failed
 from app.repo.inbox import IncomingStatus
 from app.repo.matching import record_provider_id
-from app.repo.messages import requeue_message
-from app.repo.requeues import requeue_from_dashboard
-from app.repo.sending import (
-    accept_at_once,
-    mark_lost_attempt,
-    record_failed,
-    start_attempt,
-)
+from app.repo.requeues import requeue_from_dashboard, requeue_message
+from app.repo.status_apply import apply_stored_status
 from jobs.record import record_outcome
 
 from ..conftest import SECRET_KEY, T0

@@ -26,8 +26,9 @@ from app.repo.bulkrun import run_chunk
 from app.repo.cancels import dismiss_message
 from app.repo.claims import claim_message
 from app.repo.deadletters import Filters
-from app.repo.messages import apply_status, requeue_message
-from app.repo.sending import record_failed
+from app.repo.failures import record_failed
+from app.repo.requeues import requeue_message
+from app.repo.transitions import apply_status
 
 from ..factories import World, make_message, make_world
 from ..views.dashboard_world import LEASE, NOW, failed_message

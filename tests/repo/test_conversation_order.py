@@ -16,10 +16,13 @@ from sqlalchemy import select
 from app.config import Config
 from app.db import Database
 from app.models import MessageEvent
+from app.repo.acceptance import record_accepted
+from app.repo.attempts import start_attempt
 from app.repo.claims import Claim, claim_batch
 from app.repo.due import count_due
+from app.repo.failures import record_retry
+from app.repo.give_back import release_unsent
 from app.repo.messages import NewMessage, create_message
-from app.repo.sending import record_accepted, record_retry, release_unsent, start_attempt
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_message, make_world

@@ -10,10 +10,10 @@ import pytest
 from app.correlation import derive_key, make_correlation_id, parse_correlation_id
 from app.db import Database
 from app.models import Message
+from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
 from app.repo.inbox import IncomingStatus, store_delivery, store_statuses
-from app.repo.sending import start_attempt
-from app.repo.webhooks import apply_webhook_status
+from app.repo.status_apply import apply_webhook_status
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_message, make_world

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from app.db import Database
 from app.repo.claims import claim_message
+from app.repo.failures import record_failed
 from app.repo.queue import dead_letters
-from app.repo.sending import record_failed
 
 from ..conftest import T0
 from ..factories import World, make_message, make_world

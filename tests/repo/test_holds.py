@@ -8,7 +8,7 @@ from sqlalchemy import select
 from app.db import Database
 from app.models import Message
 from app.repo.holds import holds_for
-from app.repo.messages import provider_may_hold
+from app.repo.requeues import provider_may_hold
 
 from ..views.dashboard_world import failed_message, make_tenants
 

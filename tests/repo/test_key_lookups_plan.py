@@ -20,12 +20,13 @@ from sqlalchemy import event, select, text
 
 from app.db import Database
 from app.models import Message, WebhookStatus
-from app.reconcile import apply_matched_by_provider_id
+from app.repo.acceptance import accept_at_once, record_late_acceptance
 from app.repo.claims import Claim, claim_message
+from app.repo.give_back import release_unsent
 from app.repo.inbox import claim_status, load_status, parked_status_ids
 from app.repo.matching import record_provider_id
-from app.repo.messages import _fill_timestamp
-from app.repo.sending import accept_at_once, record_late_acceptance, release_unsent
+from app.repo.status_apply import apply_matched_by_provider_id
+from app.repo.transitions import _fill_timestamp
 
 from ..conftest import T0
 from ..factories import make_world

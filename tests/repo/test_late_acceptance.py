@@ -15,9 +15,10 @@ from app.crypto import SecretBox
 from app.db import Database
 from app.models import MessageEvent
 from app.providers.base import FailureClass, ProviderError, SendResult
+from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
-from app.repo.messages import get_message, requeue_message
-from app.repo.sending import start_attempt
+from app.repo.messages import get_message
+from app.repo.requeues import requeue_message
 from jobs.record import record_outcome
 from jobs.send import provider_key_for, send_one
 

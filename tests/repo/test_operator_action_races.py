@@ -20,7 +20,7 @@ from app.repo.bulkrun import run_chunk
 from app.repo.cancels import cancel_message
 from app.repo.deadletters import Filters
 from app.repo.inbox import IncomingStatus
-from app.repo.messages import RequeueRefusedError, requeue_message
+from app.repo.requeues import RequeueRefusedError, requeue_message
 from jobs.sweep import sweep_once
 
 from ..factories import World, make_message, make_world

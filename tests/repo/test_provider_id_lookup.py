@@ -18,7 +18,7 @@ from app.db import Database
 from app.models import Attempt, Message, WebhookDelivery, WebhookStatus
 from app.repo.inbox import _PARKED  # the parked statuses' lookup
 from app.repo.matching import _BY_ATTEMPT, _BY_PROVIDER_ID  # the step-by-step lookups
-from app.repo.webhook_sql import match_by_provider_id
+from app.repo.webhook_sql_apply import match_by_provider_id
 
 from ..conftest import T0
 from ..factories import make_message, make_world

@@ -16,6 +16,8 @@ from sqlalchemy import select
 
 from app.db import Database
 from app.models import Message, WebhookStatus
+from app.repo.acceptance import record_accepted
+from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
 from app.repo.inbox import (
     IncomingStatus,
@@ -24,8 +26,7 @@ from app.repo.inbox import (
     store_delivery,
     store_statuses,
 )
-from app.repo.sending import record_accepted, start_attempt
-from app.repo.webhooks import apply_webhook_status
+from app.repo.status_apply import apply_webhook_status
 
 from ..conftest import T0
 from ..factories import make_message, make_world

@@ -10,8 +10,9 @@ from sqlalchemy import select
 
 from app.db import Database
 from app.models import Attempt, Message
+from app.repo.attempts import mark_lost_attempt, start_attempt
 from app.repo.claims import claim_message
-from app.repo.sending import mark_lost_attempt, release_unsent, start_attempt
+from app.repo.give_back import release_unsent
 
 from ..conftest import T0
 from ..factories import make_message, make_world

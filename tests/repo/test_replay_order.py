@@ -14,10 +14,11 @@ from flask import Flask
 
 from app.db import Database
 from app.reconcile import Recorded, apply_recorded, record_delivery
+from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
+from app.repo.failures import record_retry
 from app.repo.inbox import IncomingStatus, pending_status_ids
 from app.repo.messages import correlation_id_for
-from app.repo.sending import record_retry, start_attempt
 from jobs.sweep import sweep_once
 
 from ..conftest import T0

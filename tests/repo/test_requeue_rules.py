@@ -12,17 +12,13 @@ from sqlalchemy import event, select
 
 from app.db import Database
 from app.models import Message, MessageEvent
+from app.repo.acceptance import record_accepted
+from app.repo.attempts import finish_attempt, start_attempt
 from app.repo.claims import Claim, claim_message
+from app.repo.failures import record_retry, take_verdict
 from app.repo.inbox import IncomingStatus, store_delivery, store_statuses
-from app.repo.messages import RequeueRefusedError, requeue_message
-from app.repo.sending import (
-    finish_attempt,
-    record_accepted,
-    record_retry,
-    start_attempt,
-    take_verdict,
-)
-from app.repo.webhooks import apply_webhook_status
+from app.repo.requeues import RequeueRefusedError, requeue_message
+from app.repo.status_apply import apply_webhook_status
 
 from ..conftest import T0
 from ..factories import World, make_message, make_world

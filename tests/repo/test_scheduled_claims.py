@@ -15,14 +15,14 @@ from app.config import Config
 from app.crypto import SecretBox
 from app.db import Database
 from app.models import Message
+from app.repo.attempts import start_attempt
 from app.repo.callback_endpoints import EVENTS, create_endpoint
 from app.repo.claims import Claim, claim_batch, claim_message
 from app.repo.due import count_due, earliest_due
 from app.repo.expiry import expire_due
-from app.repo.messages import requeue_message
 from app.repo.overview import due_since, stuck_messages
 from app.repo.queue import dead_letters, due_drains
-from app.repo.sending import start_attempt
+from app.repo.requeues import requeue_message
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_message, make_world

@@ -17,7 +17,9 @@ from hypothesis.stateful import (
 
 from app.db import Database
 from app.lifecycle import RANK, TIMESTAMP_FIELD, Source, Status
-from app.repo.messages import RequeueRefusedError, apply_status, get_message, requeue_message
+from app.repo.messages import get_message
+from app.repo.requeues import RequeueRefusedError, requeue_message
+from app.repo.transitions import apply_status
 
 from ..conftest import T0
 from ..factories import make_message, make_world

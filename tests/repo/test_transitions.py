@@ -12,7 +12,9 @@ from app.db import Database
 from app.lifecycle import Refusal, Source, Status
 from app.models import MessageEvent
 from app.repo.events import list_events
-from app.repo.messages import RequeueRefusedError, apply_status, get_message, requeue_message
+from app.repo.messages import get_message
+from app.repo.requeues import RequeueRefusedError, requeue_message
+from app.repo.transitions import apply_status
 
 from ..conftest import T0
 from ..factories import make_message, make_world

@@ -15,12 +15,12 @@ from app.db import Database
 from app.lifecycle import RANK, Status
 from app.models import Message
 from app.providers.base import Watermark
-from app.reconcile import watermark_statuses
+from app.repo.acceptance import record_accepted
+from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
 from app.repo.inbox import store_delivery, store_statuses
-from app.repo.sending import record_accepted, start_attempt
-from app.repo.watermarks import stamp_call_start
-from app.repo.webhooks import apply_webhook_status
+from app.repo.status_apply import apply_webhook_status
+from app.repo.watermarks import stamp_call_start, watermark_statuses
 
 from ..conftest import T0
 from ..factories import World, make_message, make_world

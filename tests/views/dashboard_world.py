@@ -13,8 +13,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.db import Database
+from app.repo.acceptance import record_accepted
+from app.repo.attempts import finish_attempt, start_attempt
 from app.repo.claims import claim_message
-from app.repo.sending import finish_attempt, record_accepted, record_failed, start_attempt
+from app.repo.failures import record_failed
 from app.repo.staff import create_staff
 
 from ..conftest import T0

@@ -17,10 +17,11 @@ from sqlalchemy import select, update
 from app.crypto import SecretBox
 from app.db import Database
 from app.models import Identity, ProviderEvent, TemplateHold
+from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
+from app.repo.failures import record_retry
 from app.repo.identities import BusinessAccountError, update_identity
 from app.repo.provider_events import learn_business_accounts
-from app.repo.sending import record_retry, start_attempt
 from tests.conftest import SECRET_KEY, T0
 from tests.meta import BUSINESS_ACCOUNT_ID, account_body, encode, sign
 

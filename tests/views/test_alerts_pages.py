@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 
 from app.db import Database
 from app.lifecycle import Source, Status
-from app.repo.messages import apply_status
+from app.repo.transitions import apply_status
 from jobs.alerts import AlertEvaluator
 
 from ..factories import make_message

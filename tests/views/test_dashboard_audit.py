@@ -205,7 +205,7 @@ def test_the_ticket_summary_counts_requeues_and_says_a_canceled_message_never_we
     app: Flask, db: Database, tenants: Tenants
 ) -> None:
     from app.repo.cancels import cancel_message
-    from app.repo.messages import requeue_message
+    from app.repo.requeues import requeue_message
 
     message_id = failed_message(db, tenants.acme)
     with db.transaction() as session:

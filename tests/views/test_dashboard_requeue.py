@@ -14,8 +14,8 @@ from sqlalchemy import select
 from app.db import Database
 from app.models import AuditEntry, Message
 from app.repo.claims import claim_message
-from app.repo.messages import requeue_message
-from app.repo.sending import record_failed
+from app.repo.failures import record_failed
+from app.repo.requeues import requeue_message
 
 from .dashboard_world import (
     LEASE,

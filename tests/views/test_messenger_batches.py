@@ -12,9 +12,11 @@ import pytest
 from flask import current_app
 
 from app.models import WebhookStatus
+from app.repo.acceptance import record_accepted
+from app.repo.attempts import finish_attempt, start_attempt
 from app.repo.claims import claim_message
+from app.repo.failures import record_retry
 from app.repo.messages import correlation_id_for
-from app.repo.sending import finish_attempt, record_accepted, record_retry, start_attempt
 from jobs.sweep import sweep_once
 
 from ..conftest import T0

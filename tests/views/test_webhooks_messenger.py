@@ -24,8 +24,9 @@ from werkzeug.serving import make_server
 
 from app.db import Database
 from app.models import ConversationWindow, Message, MessageEvent, WebhookDelivery
+from app.repo.acceptance import record_accepted
+from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
-from app.repo.sending import record_accepted, start_attempt
 from app.repo.watermarks import stamp_call_start
 
 from ..conftest import T0, make_app

@@ -13,8 +13,9 @@ import pytest
 from sqlalchemy import select
 
 from app.models import ConversationWindow, Message, WebhookDelivery
+from app.repo.acceptance import record_accepted
+from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
-from app.repo.sending import record_accepted, start_attempt
 from app.repo.watermarks import stamp_call_start
 
 from ..conftest import T0

@@ -18,9 +18,10 @@ from twilio.request_validator import RequestValidator
 from app.crypto import SecretBox
 from app.db import Database
 from app.models import ConversationWindow, Message, MessageEvent, WebhookDelivery, WebhookStatus
+from app.repo.acceptance import record_accepted
+from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
 from app.repo.identities import create_identity
-from app.repo.sending import record_accepted, start_attempt
 from app.repo.tenants import create_tenant
 
 from ..conftest import SECRET_KEY, T0

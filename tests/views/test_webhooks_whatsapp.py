@@ -16,10 +16,12 @@ from sqlalchemy.orm import Session
 from app.clock import utcnow
 from app.db import Database
 from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
+from app.repo.acceptance import record_accepted
+from app.repo.attempts import finish_attempt, start_attempt
 from app.repo.claims import claim_message
+from app.repo.failures import record_failed
 from app.repo.identities import update_identity
-from app.repo.messages import requeue_message
-from app.repo.sending import finish_attempt, record_accepted, record_failed, start_attempt
+from app.repo.requeues import requeue_message
 
 from ..conftest import T0
 from ..factories import World, make_message, make_world
