@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 from app.db import Database
 from app.repo.cancels import dismiss_message
 from app.repo.claims import claim_message
-from app.repo.sending import record_failed
+from app.repo.failures import record_failed
 
 from .dashboard_world import (
     LEASE,
