@@ -18,7 +18,8 @@ from app.lifecycle import Source, Status
 from app.models import ChartFoldMark, ChartRollup, Message
 from app.repo.chart_rollup import BATCH, fold_charts, read_rollup
 from app.repo.charts import Series, read_series
-from app.repo.messages import apply_status, requeue_message
+from app.repo.requeues import requeue_message
+from app.repo.transitions import apply_status
 from jobs.sweep import sweep_once
 
 from ..conftest import SECRET_KEY, T0
