@@ -18,17 +18,11 @@ from .dashboard_world import (
     Tenants,
     failed_message,
     make_staff,
-    make_tenants,
     sign_in,
     use_clock,
 )
 
 POLL = {"HX-Request": "true"}
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 @pytest.fixture
