@@ -24,12 +24,18 @@ from app.db import Database, build_engine
 from app.models import Base
 from app.models_operations import BulkPlan  # noqa: F401  (its tables in the metadata)
 
+from . import parallel
+
 # Hypothesis's default per-example deadline is a wall-clock assertion: off on shared machines.
 settings.register_profile("ratchet", deadline=None, max_examples=60)
 settings.load_profile("ratchet")
 
 PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg://127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# Under pytest-xdist each process has a database and a Redis database of its own
+# (`tests/parallel.py`): gw0 keeps the ones above, gw1 gets `<database>_gw1` and the
+# Redis database below, and so on.
+PG_URL, REDIS_URL = parallel.own_stores(PG_URL, REDIS_URL, os.environ.get("PYTEST_XDIST_WORKER"))
 SECRET_KEY = "test-secret-key-not-for-production"
 # /metrics is closed without a token: the test apps have this one.
 METRICS_TOKEN = "test-metrics-token-not-for-production"
@@ -41,6 +47,7 @@ T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 @pytest.fixture(scope="session")
 def pg_url() -> str:
     """The test database, emptied and migrated once per run."""
+    parallel.create_database(PG_URL)
     engine = build_engine(PG_URL)
     with engine.begin() as connection:
         connection.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))

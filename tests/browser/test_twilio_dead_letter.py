@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Page, expect
 from twilio.request_validator import RequestValidator
 
-from app.clock import utcnow
+from app.models import Message
 from app.repo.acceptance import record_accepted
 from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
@@ -51,8 +51,12 @@ def test_an_undelivered_twilio_message_reads_as_a_dead_letter_with_what_to_do(
         headers={"X-Twilio-Signature": signature},
     )
     assert answer.status_code == 200, answer.text
-    # The callback was stamped by the real clock when it arrived; the page reads a minute on.
-    served.clock.now = utcnow() + timedelta(minutes=1)
+    # The callback was stamped by the real clock when it arrived; the page reads a minute on
+    # from that stamp (not from now: on a busy machine seconds pass before this line).
+    with served.db.transaction() as session:
+        failed = session.get(Message, message_id)
+        assert failed is not None and failed.failed_at is not None
+        served.clock.now = failed.failed_at + timedelta(minutes=1)
 
     sign_in(page, served, "ops@acme.test")
     page.get_by_role("link", name="Dead letters").click()

@@ -58,7 +58,12 @@ def test_a_drain_stopped_before_its_claim_never_sends_after_another_drains_re_cl
         drain_concurrency=1,
     )
     # lease 6.5 s, latest start 3.0 s after the claim, drain key 8.5 s
-    number = env.number(statuses=[], hang_seconds=2.7, rate_limit_mps=None)
+    # A hang of 2 s leaves a second of slack on a busy machine before the latest start (the
+    # second call begins after the first's hang) and before the 3 s deadline (the second's
+    # answer). With 2.7 s, a loaded run once timed the accepted call out: an unknown
+    # outcome, retried after the grace, and this sandbox ignores idempotency keys and sends
+    # no webhook, so it held two copies (the designed retry, not the stale clock).
+    number = env.number(statuses=[], hang_seconds=2.0, rate_limit_mps=None)
     with env.db.transaction() as session:
         identity = session.get(Identity, number["identity_id"])
         assert identity is not None

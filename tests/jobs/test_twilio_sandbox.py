@@ -121,7 +121,10 @@ EXPECTED = {
     # Accepted, the answer comes after our deadline; the callbacks came first, so the
     # timeout is recorded against a message already read and counts as no unknown.
     "15550000001": ("read", None, 1, 0, 0, None),
-    "15550000002": ("read", None, 1, 1, 0, None),  # accepted, reset: callbacks match by c=
+    # Accepted, then the connection reset: the callbacks match by c=. The reset counts as an
+    # unknown outcome if it is recorded before the callbacks are applied, and as none if
+    # they come first (as for ...0001): two processes race there (seen on a busy machine).
+    "15550000002": ("read", None, 1, {0, 1}, 0, None),
     "15550000003": ("read", None, 3, 2, 0, 20500),  # 500 twice, then accepted
     "15550000004": ("read", None, 2, 0, 1, 20429),  # 429 with Retry-After once
     "15550000005": ("failed", "permanent", 1, 0, 0, 21211),
@@ -148,6 +151,9 @@ def test_each_twilio_fault_recipient_ends_where_the_class_table_says(env: Env, t
         reaches(env, message_id, status)
     row = env.message(message_id)
     assert (row.status, row.failure_class) == (status, failure_class)
+    if isinstance(unknown, set):
+        assert row.unknown_attempts in unknown
+        unknown = row.unknown_attempts
     assert (row.attempt, row.unknown_attempts, row.rate_limited_attempts) == (
         attempts,
         unknown,

@@ -152,10 +152,12 @@ def test_an_answer_in_a_coding_it_cannot_read_is_a_lost_connection_not_a_crash(
 def test_a_slow_answer_exceeds_the_deadline_after_the_request_was_sent(
     provider_server: ScriptedServer,
 ) -> None:
-    provider_server.answer(Answer(200, BODY, delay=1.5))
+    # A deadline of a second: connecting to the local server fits in it on a busy machine
+    # (0.3 s did not, once, with the suite in two processes beside other work).
+    provider_server.answer(Answer(200, BODY, delay=5.0))
 
     with pytest.raises(DeadlineExceededError) as caught:
-        post_json(url(provider_server), {}, {}, within(0.3))
+        post_json(url(provider_server), {}, {}, within(1.0))
 
     assert caught.value.request_sent is True
     assert len(provider_server.requests) == 1
@@ -166,12 +168,13 @@ def test_an_answer_trickled_byte_by_byte_is_cut_at_the_total_deadline(
     provider_server: ScriptedServer, trickle_headers: bool
 ) -> None:
     # Each byte arrives long before any per-read timeout: plain httpx would wait it out
-    # (about 4 s here), however short its timeout.
-    provider_server.answer(Answer(200, BODY, trickle=0.03, trickle_headers=trickle_headers))
+    # (3 s or more here), however short its timeout.
+    provider_server.answer(Answer(200, BODY, trickle=0.05, trickle_headers=trickle_headers))
 
-    # No per-read timeout fires on a trickle: only the total deadline raises this.
+    # No per-read timeout fires on a trickle: only the total deadline raises this. A second:
+    # the connection itself must fit in it on a busy machine.
     with pytest.raises(DeadlineExceededError):
-        post_json(url(provider_server), {}, {}, within(0.4))
+        post_json(url(provider_server), {}, {}, within(1.0))
 
 
 def test_a_deadline_already_passed_sends_nothing(provider_server: ScriptedServer) -> None:

@@ -62,6 +62,16 @@ def make_staff(
     return email
 
 
+def client_for(
+    app: Flask, db: Database, email: str, role: str, tenant_id: int | None
+) -> FlaskClient:
+    use_clock(app)
+    make_staff(db, email, role, tenant_id)
+    client = app.test_client()
+    sign_in(client, email)
+    return client
+
+
 def csrf_token(html: str) -> str:
     found = re.search(r'name="csrf_token" value="([^"]+)"', html)
     assert found, "no CSRF token on the page"

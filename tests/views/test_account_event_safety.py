@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from flask import Flask, g
+from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
 
@@ -27,6 +27,8 @@ from tests.meta import BUSINESS_ACCOUNT_ID, account_body, encode, sign
 
 from .dashboard_world import Tenants, make_staff, make_tenants, page_token, sign_in, use_clock
 from .test_account_event_actions import LEASE, claimable_ids, kinds, row, templated
+
+pytestmark = pytest.mark.usefixtures("one_user_per_request")
 
 EVIL = "attacker-chosen-secret"
 VICTIM = "app-secret-acme"  # both tenants' identities are made with it
@@ -49,15 +51,6 @@ def tenants(db: Database) -> Tenants:
             session, SecretBox(SECRET_KEY), world.other.identity_id, app_secret=EVIL, now=T0
         )
     return world
-
-
-@pytest.fixture(autouse=True)
-def one_user_per_request(app: Flask) -> None:
-    def forget() -> None:
-        g.pop("_login_user", None)
-        g.pop("csrf_token", None)
-
-    app.before_request(forget)
 
 
 def held_before_the_fix(db: Database, tenants: Tenants) -> None:

@@ -15,12 +15,7 @@ from app.repo.identities import pause_identity, resume_identity
 from jobs.alerts import AlertEvaluator
 
 from ..factories import make_message
-from .dashboard_world import NOW, Tenants, make_staff, make_tenants, sign_in, use_clock
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
+from .dashboard_world import NOW, Tenants, make_staff, sign_in, use_clock
 
 
 @pytest.fixture

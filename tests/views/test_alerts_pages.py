@@ -20,16 +20,10 @@ from .dashboard_world import (
     NOW,
     Tenants,
     make_staff,
-    make_tenants,
     sent_message,
     sign_in,
     use_clock,
 )
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 @pytest.fixture

@@ -9,23 +9,16 @@ from flask import Flask
 from app.db import Database
 from app.models import Message
 
-from .dashboard_world import NOW, Tenants, make_tenants
+from .dashboard_world import NOW, Tenants, client_for
 from .test_dashboard_bulk import (
     HTMX,
-    client_for,
     confirm,
     exhausted,
-    one_user_per_request,
     preview,
     work_one_campaign_job,
 )
 
-__all__ = ["one_user_per_request"]  # its autouse fixture, for these tests too
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
+pytestmark = pytest.mark.usefixtures("one_user_per_request")
 
 
 def test_the_plan_page_follows_the_requeued_until_none_waits(

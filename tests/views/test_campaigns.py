@@ -23,7 +23,6 @@ from .dashboard_world import (
     Tenants,
     failed_message,
     make_staff,
-    make_tenants,
     page_token,
     sign_in,
     use_clock,
@@ -31,11 +30,6 @@ from .dashboard_world import (
 
 ORDER = {"name": "order_update", "language": "en_US", "components": []}
 PROMO = {"name": "black_friday", "language": "es_MX", "components": []}
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 @pytest.fixture

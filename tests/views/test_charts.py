@@ -24,7 +24,6 @@ from .dashboard_world import (
     Tenants,
     failed_message,
     make_staff,
-    make_tenants,
     sent_message,
     sign_in,
     use_clock,
@@ -95,11 +94,6 @@ def test_a_week_is_drawn_in_hours_and_a_day_in_quarter_hours(db: Database) -> No
         day = read_series(session, [world.identity_id], NOW, "day")
     assert len(week.starts) == 168 and week.bucket == timedelta(hours=1)
     assert len(day.starts) == 96 and day.bucket == timedelta(minutes=15)
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ import re
 from datetime import timedelta
 
 import pytest
-from flask import Flask, g
-from flask.testing import FlaskClient
+from flask import Flask
 
 from app.db import Database
 from app.repo.staff import record_audit
@@ -20,40 +19,14 @@ from .dashboard_world import (
     NOW,
     PASSWORD,
     Tenants,
+    client_for,
     csrf_token,
     failed_message,
     make_staff,
-    make_tenants,
     sign_in,
-    use_clock,
 )
 
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
-
-
-@pytest.fixture(autouse=True)
-def one_user_per_request(app: Flask) -> None:
-    """Several clients share one app context here: each request forgets the last one's
-    signed-in user and CSRF token, which Flask-Login and Flask-WTF keep on `g`."""
-
-    def forget() -> None:
-        g.pop("_login_user", None)
-        g.pop("csrf_token", None)
-
-    app.before_request(forget)
-
-
-def client_for(
-    app: Flask, db: Database, email: str, role: str, tenant_id: int | None
-) -> FlaskClient:
-    use_clock(app)
-    make_staff(db, email, role, tenant_id)
-    client = app.test_client()
-    sign_in(client, email)
-    return client
+pytestmark = pytest.mark.usefixtures("one_user_per_request")
 
 
 def actions_in(page: str) -> list[str]:

@@ -8,7 +8,7 @@ import re
 from datetime import timedelta
 
 import pytest
-from flask import Flask, g
+from flask import Flask
 from flask.testing import FlaskClient
 from redis import Redis
 from rq import Queue, SimpleWorker
@@ -24,45 +24,16 @@ from ..factories import make_message
 from .dashboard_world import (
     NOW,
     Tenants,
+    client_for,
     csrf_token,
     failed_message,
-    make_staff,
-    make_tenants,
     page_token,
-    sign_in,
-    use_clock,
 )
+
+pytestmark = pytest.mark.usefixtures("one_user_per_request")
 
 EXHAUSTED = {"provider": "whatsapp", "code": 131000, "title": "Something went wrong"}
 HTMX = {"HX-Request": "true"}
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
-
-
-@pytest.fixture(autouse=True)
-def one_user_per_request(app: Flask) -> None:
-    """These tests hold one app context for several clients, and Flask-Login keeps the
-    signed-in user (and the CSRF token) on `g`: forget them at each request, so that each
-    client is itself."""
-
-    def forget() -> None:
-        g.pop("_login_user", None)
-        g.pop("csrf_token", None)  # Flask-WTF's cached token is per session too
-
-    app.before_request(forget)
-
-
-def client_for(
-    app: Flask, db: Database, email: str, role: str, tenant_id: int | None
-) -> FlaskClient:
-    use_clock(app)
-    make_staff(db, email, role, tenant_id)
-    client = app.test_client()
-    sign_in(client, email)
-    return client
 
 
 @pytest.fixture

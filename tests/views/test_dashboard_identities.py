@@ -28,27 +28,10 @@ from .dashboard_world import (
     LEASE,
     NOW,
     Tenants,
-    make_staff,
-    make_tenants,
+    client_for,
     page_token,
-    sign_in,
     use_clock,
 )
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
-
-
-def client_for(
-    app: Flask, db: Database, email: str, role: str, tenant_id: int | None
-) -> FlaskClient:
-    use_clock(app)
-    make_staff(db, email, role, tenant_id)
-    client = app.test_client()
-    sign_in(client, email)
-    return client
 
 
 @pytest.fixture

@@ -12,13 +12,7 @@ from sqlalchemy import select
 from app.db import Database
 from app.models import AuditEntry, Identity
 
-from .dashboard_world import Tenants, make_tenants, page_token
-from .test_dashboard_identities import client_for
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
+from .dashboard_world import Tenants, client_for, page_token
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ from .dashboard_world import (
     csrf_token,
     failed_message,
     make_staff,
-    make_tenants,
     page_token,
     sent_message,
     sign_in,
@@ -32,11 +31,6 @@ from .dashboard_world import (
 )
 
 HTMX = {"HX-Request": "true"}
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 @pytest.fixture

@@ -14,12 +14,7 @@ from app.auth import SESSION_ABSOLUTE_LIFETIME
 from app.db import Database
 from app.repo.staff import staff_with_email
 
-from .dashboard_world import Tenants, make_staff, make_tenants, page_token, sign_in, use_clock
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
+from .dashboard_world import Tenants, make_staff, page_token, sign_in, use_clock
 
 
 def fresh(client: FlaskClient) -> FlaskClient:

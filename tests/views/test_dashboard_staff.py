@@ -20,15 +20,9 @@ from .dashboard_world import (
     Tenants,
     csrf_token,
     make_staff,
-    make_tenants,
     page_token,
     use_clock,
 )
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 def as_(client: FlaskClient) -> FlaskClient:

@@ -15,15 +15,9 @@ from .dashboard_world import (
     csrf_token,
     failed_message,
     make_staff,
-    make_tenants,
     sign_in,
     use_clock,
 )
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 @pytest.fixture

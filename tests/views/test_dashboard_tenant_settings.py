@@ -10,13 +10,8 @@ from flask.testing import FlaskClient
 from app.db import Database
 from app.models import Tenant
 
-from .dashboard_world import Tenants, make_staff, make_tenants, use_clock
+from .dashboard_world import Tenants, make_staff, use_clock
 from .test_dashboard_staff import as_, audits, post, signed_in
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 @pytest.fixture

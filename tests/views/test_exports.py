@@ -12,14 +12,9 @@ from flask.testing import FlaskClient
 
 from app.db import Database
 
-from .dashboard_world import Tenants, failed_message, make_staff, make_tenants, sign_in, use_clock
+from .dashboard_world import Tenants, failed_message, make_staff, sign_in, use_clock
 
 FORMULA = {"provider": "whatsapp", "code": 132001, "title": '=HYPERLINK("http://x")'}
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 @pytest.fixture

@@ -7,31 +7,19 @@ from __future__ import annotations
 import re
 
 import pytest
-from flask import Flask, g
+from flask import Flask
 from flask.testing import FlaskClient
 
 from app.db import Database
 
 from ..conftest import METRICS_AUTH
 from ..meta import encode, sign, status, status_body
-from .dashboard_world import Tenants, make_staff, make_tenants, sign_in, use_clock
+from .dashboard_world import Tenants, make_staff, sign_in, use_clock
 from .test_webhooks_whatsapp import at, message, sent_message
 
+pytestmark = pytest.mark.usefixtures("one_user_per_request")
+
 SECRET = "app-secret-acme"  # make_tenants' acme identity
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
-
-
-@pytest.fixture(autouse=True)
-def one_user_per_request(app: Flask) -> None:
-    def forget() -> None:
-        g.pop("_login_user", None)
-        g.pop("csrf_token", None)
-
-    app.before_request(forget)
 
 
 def deliver(app: Flask, statuses: list[dict[str, object]]) -> None:

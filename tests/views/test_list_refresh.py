@@ -25,18 +25,12 @@ from .dashboard_world import (
     Tenants,
     failed_message,
     make_staff,
-    make_tenants,
     page_token,
     sign_in,
     use_clock,
 )
 
 POLL = {"HX-Request": "true"}
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ and what Ratchet did; filtered by kind; another tenant's staff do not find it.""
 from __future__ import annotations
 
 import pytest
-from flask import Flask, g
+from flask import Flask
 from flask.testing import FlaskClient
 from markupsafe import escape
 
@@ -16,6 +16,8 @@ from app.repo.identities import update_identity
 from ..conftest import SECRET_KEY, T0
 from ..meta import BUSINESS_ACCOUNT_ID, account_body, encode, sign
 from .dashboard_world import Tenants, make_staff, make_tenants, sign_in, use_clock
+
+pytestmark = pytest.mark.usefixtures("one_user_per_request")
 
 SECRET = "app-secret-acme"  # make_tenants' acme identity
 
@@ -32,15 +34,6 @@ def tenants(db: Database) -> Tenants:
             now=T0,
         )
     return world
-
-
-@pytest.fixture(autouse=True)
-def one_user_per_request(app: Flask) -> None:
-    def forget() -> None:
-        g.pop("_login_user", None)
-        g.pop("csrf_token", None)
-
-    app.before_request(forget)
 
 
 def deliver(app: Flask, name: str) -> bytes:

@@ -4,7 +4,6 @@ A viewer gets no such click."""
 
 from __future__ import annotations
 
-import pytest
 from flask import Flask, g
 from flask.testing import FlaskClient
 from sqlalchemy import select
@@ -18,7 +17,6 @@ from .dashboard_world import (
     Tenants,
     failed_message,
     make_staff,
-    make_tenants,
     page_token,
     sent_message,
     sign_in,
@@ -33,11 +31,6 @@ ERROR = {
     "message": f"(#131030) Recipient phone number +{NUMBER} not in allowed list",
     "details": f"Add +{NUMBER} to the allowed list",
 }
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 def signed_in(app: Flask, db: Database, tenants: Tenants, role: str) -> FlaskClient:

@@ -13,7 +13,6 @@ from .dashboard_world import (
     Tenants,
     failed_message,
     make_staff,
-    make_tenants,
     page_token,
     sign_in,
     use_clock,
@@ -24,11 +23,6 @@ MARKETING_LIMIT = {
     "code": 131049,
     "title": "This message was not delivered to maintain healthy ecosystem engagement.",
 }
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 @pytest.fixture

@@ -18,16 +18,10 @@ from .dashboard_world import (
     Tenants,
     failed_message,
     make_staff,
-    make_tenants,
     page_token,
     sign_in,
     use_clock,
 )
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from flask import Flask, g
 from flask.testing import FlaskClient
 from sqlalchemy import select
@@ -19,15 +18,9 @@ from .dashboard_world import (
     Tenants,
     csrf_token,
     make_staff,
-    make_tenants,
     page_token,
     use_clock,
 )
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
 
 
 def client_for(app: Flask) -> FlaskClient:

@@ -12,19 +12,13 @@ from .dashboard_world import (
     Tenants,
     failed_message,
     make_staff,
-    make_tenants,
     page_token,
     sign_in,
     use_clock,
 )
-from .test_dashboard_bulk import one_user_per_request
 
-__all__ = ["one_user_per_request"]  # each request loads its staff member afresh
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
+# Each request loads its staff member afresh.
+pytestmark = pytest.mark.usefixtures("one_user_per_request")
 
 
 @pytest.fixture

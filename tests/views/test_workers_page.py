@@ -20,12 +20,7 @@ from jobs.queues import get_queue, get_redis
 from jobs.registry import read_live_by_lane
 
 from ..factories import make_message
-from .dashboard_world import NOW, Tenants, make_staff, make_tenants, sign_in, use_clock
-
-
-@pytest.fixture
-def tenants(db: Database) -> Tenants:
-    return make_tenants(db)
+from .dashboard_world import NOW, Tenants, make_staff, sign_in, use_clock
 
 
 @pytest.fixture
