@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Float, ForeignKey, Integer
+from sqlalchemy import Float, Integer
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.dbtypes import Base
+from app.dbtypes import Base, BigId
 
 
 class ChartRollup(Base):
@@ -23,9 +23,10 @@ class ChartRollup(Base):
     __tablename__ = "chart_rollups"
 
     width: Mapped[int] = mapped_column(Integer, primary_key=True)  # seconds: 900 or 3600
-    identity_id: Mapped[int] = mapped_column(
-        ForeignKey("identities.id"), primary_key=True, autoincrement=False
-    )
+    # No foreign key, on purpose: each row the fold inserted would hold a key-share lock on
+    # its identity until the fold commits, and an operator's pause or rate change, which
+    # locks the identity for update, would wait for the fold. Identities are never deleted.
+    identity_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
     bucket: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     sent: Mapped[int] = mapped_column(Integer)
     sent_delivered: Mapped[int] = mapped_column(Integer)  # of those sends, delivered or read

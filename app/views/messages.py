@@ -58,7 +58,7 @@ def _context(story: MessageStory, *, full: bool = False) -> dict[str, object]:
         "action": action,
         "refusals": REFUSALS,
         "late": late_failures(story.events),
-        "held_by": held_by(story),
+        "held_by": held_by(story, now()),
         "now": now(),
     }
 

@@ -15,14 +15,21 @@ from app.repo.timeline import MessageStory
 from app.views.pages import absolute, duration, mask_phone
 
 
-def held_by(story: MessageStory) -> str | None:
+def held_by(story: MessageStory, now: datetime) -> str | None:
     """What holds a waiting message (its identity or its campaign lane paused), or None.
 
-    A held message may still be `sending` (claimed before the pause, or the very attempt
-    that paused its identity), but nothing is sent until the pause ends: the page and the
-    ticket say held, never sending, and count no lease or next attempt down."""
+    Held means nothing of it can be at the provider: `queued`, or `sending` with no call
+    under way (the attempt that paused its identity gives its lease back) and no outcome
+    unknown. The page and the ticket then say held, never sending, and count no lease or
+    next attempt down. A pause stops new claims only: a call already in flight when it came
+    (a live lease), or one whose outcome is unknown, may still reach the provider, so that
+    message is shown as it is, never as held."""
     m, identity = story.message, story.identity
     if m.status not in ("queued", "sending"):
+        return None
+    if m.status == "sending" and (
+        m.had_unknown_outcome or (m.lease_until is not None and m.lease_until > now)
+    ):
         return None
     if identity.paused_at is not None:
         return "identity paused"
@@ -35,7 +42,7 @@ def ticket_summary(story: MessageStory, meaning: str, now: datetime) -> str:
     m = story.message
     since = getattr(m, f"{m.status}_at", None)
     when = f" since {absolute(since)} ({duration(now - since)} ago)" if since else ""
-    held = held_by(story)
+    held = held_by(story, now)
     state = f"held ({held}), nothing is sent until it resumes" if held else f"{m.status}{when}"
     lines = [
         f"Message #{m.id} via {story.identity.provider}, to {mask_phone(m.recipient)}",

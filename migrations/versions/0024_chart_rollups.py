@@ -39,11 +39,6 @@ def upgrade() -> None:
         sa.Column("failed", sa.Integer(), nullable=False),
         sa.Column("failed_unsent", sa.Integer(), nullable=False),
         sa.Column("arrivals", sa.Integer(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["identity_id"],
-            ["identities.id"],
-            name="fk_chart_rollups_identity_id_identities",
-        ),
         sa.PrimaryKeyConstraint("width", "identity_id", "bucket", name="pk_chart_rollups"),
     )
     op.create_table(

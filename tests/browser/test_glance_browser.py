@@ -190,7 +190,8 @@ def test_a_dead_letter_is_found_read_and_requeued_by_keyboard_alone(
 def test_a_message_held_mid_attempt_by_a_paused_identity_reads_held_and_counts_nothing_down(
     page: Page, served: Served, tenants: Tenants
 ) -> None:
-    """Claimed (`sending`, a lease and a retry time running) when its identity was paused."""
+    """Claimed (`sending`, a retry time running), and given back by the attempt that paused
+    its identity (`record_held` clears the lease: with a live one a call may be in flight)."""
     message_id = make_message(served.db, tenants.acme, now=NOW - timedelta(minutes=1))
     with served.db.transaction() as session:
         pause_identity(session, tenants.acme.identity_id, "token expired", NOW)
@@ -200,7 +201,7 @@ def test_a_message_held_mid_attempt_by_a_paused_identity_reads_held_and_counts_n
             .values(
                 status="sending",
                 sending_at=NOW - timedelta(seconds=30),
-                lease_until=NOW + timedelta(seconds=20),
+                lease_until=None,
                 next_attempt_at=NOW + timedelta(seconds=40),
             )
         )

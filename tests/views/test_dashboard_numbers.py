@@ -100,9 +100,10 @@ def test_a_message_held_by_a_paused_identity_says_held_not_sending(
 def test_a_held_message_mid_attempt_counts_no_lease_or_retry_down_and_its_ticket_says_held(
     client: FlaskClient, db: Database, tenants: Tenants
 ) -> None:
-    """Claimed, with a lease and a retry time, when its identity was paused: the page, its
-    3-second refresh and the ticket summary say held, never sending, and count nothing
-    down."""
+    """Claimed, and given back by the attempt that paused its identity (`record_held`: its
+    lease cleared, a retry time left): the page, its 3-second refresh and the ticket summary
+    say held, never sending, and count nothing down. (With a live lease a call may still be
+    in flight: `test_held_in_flight.py`.)"""
     message_id = make_message(db, tenants.acme, now=NOW - timedelta(minutes=1))
     with db.transaction() as session:
         pause_identity(session, tenants.acme.identity_id, "token expired", NOW)
@@ -110,7 +111,7 @@ def test_a_held_message_mid_attempt_counts_no_lease_or_retry_down_and_its_ticket
             update(Message).values(
                 status="sending",
                 sending_at=NOW - timedelta(seconds=30),
-                lease_until=NOW + timedelta(seconds=20),
+                lease_until=None,
                 next_attempt_at=NOW + timedelta(seconds=40),
             )
         )
