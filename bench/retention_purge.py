@@ -7,14 +7,14 @@ deliveries through it in rounds (bench/webhook_rate.py's driver and bodies), alt
 rounds with the purge idle and rounds with the purge running as the sweeper runs it: its
 share of a pass in batches (`jobs/retention.py`), then the rest of a 2 s pass asleep, in a
 thread of this process. A purging round starts with a pass and lasts about
-`--round-seconds` (two passes; its deliveries are sized from a first round at the idle
+`--round-seconds` (three passes; its deliveries are sized from a first round at the idle
 rate), so it holds the purge's share of its time whatever the phase; an idle round starts
 only once the last pass has ended. Printed: the purge's rate (messages and deliveries a
 second of purging), the share of the purging rounds it ran, the webhook rate and p99 with
 and without it, and their ratio. Goal: >= 0.8x.
 
-    .venv/bin/python bench/retention_purge.py [--messages 200000] [--rounds 6]
-        [--round-seconds 4] [--deliveries N] [--continuous]
+    .venv/bin/python bench/retention_purge.py [--messages 200000] [--rounds 10]
+        [--round-seconds 6] [--deliveries N] [--continuous]
 
 `--continuous` purges without pause (the worst case: a backlog and no other work).
 Uses the database and Redis of bench/common.py (BENCH_DATABASE_URL, BENCH_REDIS_URL).
@@ -175,12 +175,12 @@ class Purger:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
-    parser.add_argument("--rounds", type=int, default=6, help="alternating rounds (6)")
+    parser.add_argument("--rounds", type=int, default=10, help="alternating rounds (10)")
     parser.add_argument(
         "--round-seconds",
         type=float,
-        default=4.0,
-        help="each round's length, two sweeper passes (4): its deliveries from a first round",
+        default=6.0,
+        help="each round's length, three sweeper passes (6): its deliveries from a first round",
     )
     parser.add_argument("--deliveries", type=int, help="webhooks per side instead, in all")
     parser.add_argument("--concurrency", type=int, default=4)
