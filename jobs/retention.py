@@ -20,7 +20,7 @@ from app.repo.retention import cutoffs, identities_of, purge_deliveries, purge_m
 
 BATCH = 200
 # Seconds of a sweep pass the purge may take: no batch starts past them (one always does).
-SHARE_SECONDS = 0.5
+SHARE_SECONDS = 0.25
 
 
 @dataclass(frozen=True, slots=True)
