@@ -36,6 +36,7 @@ from sqlalchemy import text
 
 from bench.common import (
     BenchBroke,
+    Processes,
     goal,
     header,
     make_app,
@@ -172,6 +173,23 @@ class Purger:
                 self.kick.wait(max(0.0, self.PASS_SECONDS - took))
 
 
+class StartsPurging:
+    """The bench's processes as `run_round` sees them, starting a purge pass just before
+    the round's driver starts (its bodies are ready by then)."""
+
+    def __init__(self, processes: Processes, purger: Purger) -> None:
+        self.processes = processes
+        self.purger = purger
+
+    def start(self, name: str, argv: list[str], env: dict[str, str], **kwargs: Any) -> Any:
+        if "-driver-" in name:
+            self.purger.begin()
+        return self.processes.start(name, argv, env, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.processes, name)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
@@ -213,17 +231,8 @@ def main() -> int:
                 order = (idle, purging) if n % 2 == 0 else (purging, idle)
                 for side in order:
                     busy_before = purger.busy
-                    begin = purger.begin if side is purging else None
-                    run_round(
-                        processes,
-                        side,
-                        db,
-                        identity_id,
-                        str(n),
-                        per_round,
-                        args.concurrency,
-                        starting=begin,
-                    )
+                    starting = StartsPurging(processes, purger) if side is purging else processes
+                    run_round(starting, side, db, identity_id, str(n), per_round, args.concurrency)
                     purger.end()
                     if side is purging:
                         purge_seconds += purger.busy - busy_before

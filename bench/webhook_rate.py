@@ -36,7 +36,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -372,10 +371,8 @@ def run_round(
     deliveries: int,
     concurrency: int,
     measured: bool = True,
-    starting: Callable[[], None] | None = None,
 ) -> None:
-    """Drive `deliveries` fresh `sent` messages to delivered; check every one applied.
-    `starting` is called once the bodies are ready, just before the driver starts."""
+    """Drive `deliveries` fresh `sent` messages to delivered; check every one applied."""
     wamids = create_sent_messages(db, identity_id, f"{side.name}{tag}", deliveries)
     folder = processes.logs
     bodies_path = folder / f"{side.name}-{tag}-bodies.json"
@@ -384,8 +381,6 @@ def run_round(
     cpu_before = cpu_snapshot({"gunicorn": [side.process.pid]})
     machine_before = machine_ticks()
     self_before = self_cpu()
-    if starting is not None:
-        starting()
     driver = processes.start(
         f"{side.name}-driver-{tag}",
         [
