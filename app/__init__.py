@@ -104,4 +104,8 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     auth.csrf.exempt(callback_api.bp)
     app.register_blueprint(callback_api.bp)
     app.register_blueprint(callback_pages.bp)
+    # Last, over every keyed blueprint: a flood past a tenant's rate is refused before Flask.
+    from app.views import intake_gate
+
+    intake_gate.init_app(app, api.require_api_key)
     return app

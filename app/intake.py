@@ -79,3 +79,38 @@ def cache_waiting(redis: Redis, tenant_id: int, count: int) -> None:
 def add_waiting(redis: Redis, tenant_id: int) -> None:
     """A message was accepted: one more waiting, if the count is cached."""
     redis.eval(_ADD_ONE, 1, waiting_key(tenant_id))
+
+
+class Refusals:
+    """This process's memory of its refusals: until when each tenant's next request cannot
+    fit its rate, so a flood past a limit costs Redis one call per request that fits, not
+    one per request refused.
+
+    Exact, never stricter than Redis: a tenant's bucket only moves forward (a refused
+    request takes nothing; an accepted one puts the next fit later), so once Redis said
+    "not for `wait` seconds" every request at that rate before then is refused there too.
+    The wait counts from when the question was asked, before Redis read its clock, so the
+    process stops refusing no later than Redis would. Kept per rate: a changed limit is
+    asked afresh. The time is the caller's (a monotonic clock).
+    """
+
+    MOST = 10_000
+
+    def __init__(self) -> None:
+        self._until: dict[int, tuple[float, float]] = {}
+
+    def remaining(self, tenant_id: int, per_second: float, now: float) -> float:
+        """Seconds this tenant's requests are known not to fit at `per_second`; 0.0: ask."""
+        known = self._until.get(tenant_id)
+        if known is None or known[0] != per_second or known[1] <= now:
+            return 0.0
+        return known[1] - now
+
+    def note(self, tenant_id: int, per_second: float, asked_at: float, wait: float) -> None:
+        """Redis answered `wait` (0.0: taken) to a question asked at `asked_at`."""
+        if wait <= 0:
+            self._until.pop(tenant_id, None)
+            return
+        if len(self._until) >= self.MOST:
+            self._until.clear()  # many tenants refused at once: start again, not grow
+        self._until[tenant_id] = (per_second, asked_at + wait)

@@ -159,6 +159,9 @@ def main() -> int:
     parser.add_argument("--no-limit", action="store_true", help="A unlimited")
     parser.add_argument("--quiet-rate", type=float, default=10.0, help="B's req/s (10)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (2)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="threads per worker (1: sync; more: gthread)"
+    )
     parser.add_argument("--drive", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--key", help=argparse.SUPPRESS)
     parser.add_argument("--identity", type=int, help=argparse.SUPPRESS)
@@ -178,7 +181,7 @@ def main() -> int:
     codes: dict[str, int] = {}
     try:
         with managed() as processes:
-            port = start_web(processes, args.workers)
+            port = start_web(processes, args.workers, args.threads)
             b_key, b_identity = world["quiet"]
             a_key, a_identity = world["flooder"]
             quiet_round(port, b_key, b_identity, args.quiet_rate, 1.0, "warm")
@@ -228,7 +231,10 @@ def main() -> int:
         f"{args.rounds} rounds; answers {dict(sorted(codes.items()))} "
         f"({sum(codes.values()) / flood_seconds:.0f} answered a second)"
     )
-    print(f"tenant B: {args.quiet_rate:g} POST /v1/messages a second, gunicorn {args.workers} sync")
+    shape = f"gthread x {args.threads}" if args.threads > 1 else "sync"
+    print(
+        f"tenant B: {args.quiet_rate:g} POST /v1/messages a second, gunicorn {args.workers} {shape}"
+    )
     for label, values in (("idle", idle), ("A flooding", flooded)):
         print(
             f"  {label:11} p50 {1000 * percentile(values, 50):7.1f} ms   "
@@ -240,8 +246,9 @@ def main() -> int:
     return 0
 
 
-def start_web(processes: Processes, workers: int) -> int:
+def start_web(processes: Processes, workers: int, threads: int = 1) -> int:
     port = free_port()
+    shape = ["--worker-class", "gthread", "--threads", str(threads)] if threads > 1 else []
     process = processes.start(
         "web",
         [
@@ -252,6 +259,7 @@ def start_web(processes: Processes, workers: int) -> int:
             f"127.0.0.1:{port}",
             "--workers",
             str(workers),
+            *shape,
             "--no-control-socket",
             "wsgi:app",
         ],

@@ -17,12 +17,24 @@ its content until it is sent. A purged message cannot be requeued: there is noth
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, exists, select, update
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    ColumnElement,
+    Table,
+    and_,
+    any_,
+    bindparam,
+    exists,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from app.callback_models import Callback
@@ -37,6 +49,7 @@ from app.models import (
     WebhookDelivery,
     WebhookStatus,
 )
+from app.repo.sql import is_postgresql
 
 _messages = cast(Table, Message.__table__)
 _attempts = cast(Table, Attempt.__table__)
@@ -112,25 +125,16 @@ def purge_messages(session: Session, cutoff: Cutoff, now: datetime, batch: int) 
     ).all()
     if not rows:
         return 0
-    session.execute(
-        update(_messages)
-        .where(_messages.c.id == bindparam("m_id"))
-        .values(
-            body_text=None,
-            template=bindparam("m_template", type_=_messages.c.template.type),
-            last_error=bindparam("m_error", type_=_messages.c.last_error.type),
-            content_purged_at=bindparam("m_now", type_=_messages.c.content_purged_at.type),
-        ),
-        [
-            {
-                "m_id": row.id,
-                "m_template": _template_facts(row.template),
-                "m_error": error_facts(row.last_error),
-                "m_now": now,
-            }
-            for row in rows
-        ],
-    )
+    changes = []
+    for row in rows:
+        values: dict[str, Any] = {}
+        template, error = _template_facts(row.template), error_facts(row.last_error)
+        if template != row.template:
+            values["template"] = template
+        if error != row.last_error:
+            values["last_error"] = error
+        changes.append((row.id, values))
+    _update_grouped(session, _messages, changes, body_text=None, content_purged_at=now)
     ids = [row.id for row in rows]
     _purge_attempts(session, ids)
     _purge_events(session, ids)
@@ -138,11 +142,41 @@ def purge_messages(session: Session, cutoff: Cutoff, now: datetime, batch: int) 
     return len(rows)
 
 
+def _update_grouped(
+    session: Session, table: Table, changes: list[tuple[int, dict[str, Any]]], **same: Any
+) -> None:
+    """Set `same` on every row `changes` names, and each row's own values: one UPDATE per
+    distinct set of values, not one per row. A batch's rows mostly share theirs (no error
+    to trim, the same template, the same status word), so a batch of 200 rows costs a
+    handful of statements: the purge spends less of the CPU that intake shares with it."""
+    groups: dict[str, tuple[dict[str, Any], list[int]]] = {}
+    for row_id, values in changes:
+        key = json.dumps(values, sort_keys=True, default=str) if values else ""
+        groups.setdefault(key, (values, []))[1].append(row_id)
+    for values, ids in groups.values():
+        if same or values:
+            session.execute(
+                update(table).where(_among(session, table.c.id, ids)).values(**same, **values)
+            )
+
+
+def _among(session: Session, column: Any, ids: Iterable[int]) -> ColumnElement[bool]:
+    """`column IN ids`; on PostgreSQL as `= ANY(array)`, one parameter for the batch (an
+    IN list of 200 is 200 parameters, rendered and sent anew for every statement)."""
+    if is_postgresql(session):
+        return cast(
+            ColumnElement[bool], column == any_(bindparam(None, list(ids), ARRAY(BigInteger)))
+        )
+    return cast(ColumnElement[bool], column.in_(list(ids)))
+
+
 def _purge_callback_payloads(session: Session, message_ids: Iterable[int]) -> None:
     """The provider's words leave the messages' callbacks still kept (pending ones, and
     finished ones until app/repo/callback_retention.py deletes them)."""
     found = session.execute(
-        select(Callback.id, Callback.payload).where(Callback.message_id.in_(list(message_ids)))
+        select(Callback.id, Callback.payload).where(
+            _among(session, Callback.message_id, message_ids)
+        )
     ).all()
     changed = []
     for row in found:
@@ -165,35 +199,32 @@ def _purge_callback_payloads(session: Session, message_ids: Iterable[int]) -> No
 
 def _purge_attempts(session: Session, message_ids: Iterable[int]) -> None:
     attempts = session.execute(
-        select(Attempt.id, Attempt.error).where(Attempt.message_id.in_(list(message_ids)))
+        select(
+            Attempt.id, Attempt.error, Attempt.response_body.is_not(None).label("has_body")
+        ).where(_among(session, Attempt.message_id, message_ids))
     ).all()
-    if attempts:
-        session.execute(
-            update(_attempts)
-            .where(_attempts.c.id == bindparam("a_id"))
-            .values(response_body=None, error=bindparam("a_error", type_=_attempts.c.error.type)),
-            [{"a_id": a.id, "a_error": error_facts(a.error)} for a in attempts],
-        )
+    changes = []
+    for attempt in attempts:
+        error = error_facts(attempt.error)
+        if error != attempt.error:
+            changes.append((attempt.id, {"error": error}))
+        elif attempt.has_body:
+            changes.append((attempt.id, {}))
+    _update_grouped(session, _attempts, changes, response_body=None)
 
 
 def _purge_events(session: Session, message_ids: Iterable[int]) -> None:
     events = session.execute(
         select(MessageEvent.id, MessageEvent.detail).where(
-            MessageEvent.message_id.in_(list(message_ids)), MessageEvent.detail.is_not(None)
+            _among(session, MessageEvent.message_id, message_ids), MessageEvent.detail.is_not(None)
         )
     ).all()
-    changed = [
-        {"e_id": e.id, "e_detail": _detail_facts(e.detail)}
-        for e in events
-        if _detail_facts(e.detail) != e.detail
-    ]
-    if changed:
-        session.execute(
-            update(_events)
-            .where(_events.c.id == bindparam("e_id"))
-            .values(detail=bindparam("e_detail", type_=_events.c.detail.type)),
-            changed,
-        )
+    changes = []
+    for event in events:
+        detail = _detail_facts(event.detail)
+        if detail != event.detail:
+            changes.append((event.id, {"detail": detail}))
+    _update_grouped(session, _events, changes)
 
 
 def identities_of(session: Session, cutoff: Cutoff) -> list[int | None]:
@@ -244,18 +275,19 @@ def purge_deliveries(
         return 0
     session.execute(
         update(WebhookDelivery)
-        .where(WebhookDelivery.id.in_(ids))
+        .where(_among(session, WebhookDelivery.id, ids))
         .values(body="", headers={}, purged_at=now)
         .execution_options(synchronize_session=False)
     )
     statuses = session.execute(
-        select(WebhookStatus.id, WebhookStatus.payload).where(WebhookStatus.delivery_id.in_(ids))
-    ).all()
-    if statuses:
-        session.execute(
-            update(_statuses)
-            .where(_statuses.c.id == bindparam("s_id"))
-            .values(payload=bindparam("s_payload", type_=_statuses.c.payload.type)),
-            [{"s_id": s.id, "s_payload": payload_facts(s.payload or {})} for s in statuses],
+        select(WebhookStatus.id, WebhookStatus.payload).where(
+            _among(session, WebhookStatus.delivery_id, ids)
         )
+    ).all()
+    changes = []
+    for status in statuses:
+        payload = payload_facts(status.payload or {})
+        if payload != status.payload:
+            changes.append((status.id, {"payload": payload}))
+    _update_grouped(session, _statuses, changes)
     return len(ids)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from flask import current_app
 
@@ -21,6 +22,8 @@ from app.repo.tenants import authenticate
 
 REMEMBER_SECONDS = 1.0
 MOST_REMEMBERED = 10_000
+# Where each web process keeps them: `app.extensions[CACHE]`, by the key's SHA-256.
+CACHE = "ratchet.api_keys"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +36,22 @@ class KeyHolder:
     max_waiting: int | None
 
 
+def remembered_tenant(extensions: dict[str, Any], key: str, now: float) -> KeyHolder | None:
+    """The tenant `key` verified as within the last second in this process, else None
+    (never verified, verified too long ago, or not a valid key): no database, no Flask."""
+    remembered: dict[str, tuple[float, KeyHolder]] | None = extensions.get(CACHE)
+    if not remembered:
+        return None
+    hit = remembered.get(_digest(key))
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    return None
+
+
 def tenant_for_key(key: str, clock: float | None = None) -> KeyHolder | None:
     now = time.monotonic() if clock is None else clock
-    remembered: dict[str, tuple[float, KeyHolder]] = current_app.extensions.setdefault(
-        "ratchet.api_keys", {}
-    )
-    digest = hashlib.sha256(key.encode()).hexdigest()
+    remembered: dict[str, tuple[float, KeyHolder]] = current_app.extensions.setdefault(CACHE, {})
+    digest = _digest(key)
     hit = remembered.get(digest)
     if hit is not None and hit[0] > now:
         return hit[1]
@@ -53,3 +66,7 @@ def tenant_for_key(key: str, clock: float | None = None) -> KeyHolder | None:
         remembered.clear()  # many keys at once: start again rather than grow
     remembered[digest] = (now + REMEMBER_SECONDS, holder)
     return holder
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from sqlalchemy import func, select
 
 from app.db import Database
 from app.models import Attempt, Message, MessageEvent, WebhookDelivery, WebhookStatus
@@ -168,6 +169,41 @@ def test_a_purge_goes_in_small_batches_and_the_next_pass_goes_on(
     ]
     assert purge_content(db, LATER, batch=2).messages == 3
     assert purge_content(db, LATER, batch=2).messages == 0
+
+
+def test_past_its_share_a_pass_starts_no_other_batch(db: Database, world: World) -> None:
+    for minute in range(3):
+        failed_message(db, world, error=ERROR, minute=minute)
+        delivery(db, world.identity_id, T0 + timedelta(minutes=minute))
+
+    # No time at all: the one batch a pass always makes, and nothing after it.
+    first = purge_content(db, LATER, batch=2, budget_seconds=0)
+    assert first.messages + first.deliveries == 2
+
+
+def test_every_tenants_backlog_moves_before_any_gets_a_second_batch(
+    db: Database, world: World
+) -> None:
+    other = make_world(db, name="globex", account_id="2000002")
+    for minute in range(4):
+        failed_message(db, world, error=ERROR, minute=minute)
+        failed_message(db, other, error=ERROR, minute=minute)
+    calls = iter(range(100))
+
+    def timer() -> float:  # the share runs out at its second reading
+        return 0.0 if next(calls) < 2 else 10.0
+
+    purge_content(db, LATER, batch=2, budget_seconds=1, timer=timer)
+    with db.transaction() as session:
+        purged = dict(
+            session.execute(
+                select(Message.tenant_id, func.count())
+                .where(Message.content_purged_at.is_not(None))
+                .group_by(Message.tenant_id)
+            ).all()
+        )
+    mine, theirs = purged.get(world.tenant_id, 0), purged.get(other.tenant_id, 0)
+    assert abs(mine - theirs) <= 2, purged
 
 
 def test_a_purged_message_cannot_be_requeued(db: Database, world: World) -> None:
