@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import re
 import signal
@@ -155,9 +156,15 @@ def test_two_drains_of_one_identity_share_its_one_pacing_budget(env: Env) -> Non
     most_in_a_second = max(
         sum(1 for t in times[i:] if t < start + 1.0) for i, start in enumerate(times)
     )
-    assert most_in_a_second <= rate + burst + 1, most_in_a_second
-    # n sends past the burst take at least (n - burst - 1) / rate on the bucket's clock.
-    assert times[-1] - times[0] >= 0.98 * (total - burst - 1) / rate, times[-1] - times[0]
+    # Arrival times at the sandbox: a loaded machine holds some requests back up to 0.25 s
+    # into the next window beside the on-time ones (47 to 51 were seen here, with 45 the
+    # bound without jitter). Two shards each paced at the whole rate would put 80 in one.
+    jitter = math.ceil(rate * 0.25)
+    assert most_in_a_second <= rate + burst + 1 + jitter, most_in_a_second
+    # n sends past the burst take at least (n - burst - 1) / rate on the bucket's clock; the
+    # first arrival can be held back by the same jitter, shortening the span by as much.
+    least = 0.98 * (total - burst - 1) / rate - 0.25
+    assert times[-1] - times[0] >= least, times[-1] - times[0]
 
 
 def test_after_a_redis_flush_the_sweeper_rings_every_shard_with_messages_due(env: Env) -> None:
