@@ -134,6 +134,9 @@ class Purger:
         self.stop = threading.Event()
         self.messages = self.deliveries = 0
         self.busy = 0.0
+        from jobs.retention import Cursor
+
+        self.cursor = Cursor()  # as the sweeper keeps one across its passes
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
@@ -163,7 +166,9 @@ class Purger:
             self.idle.clear()
             self.started.set()
             started = time.perf_counter()
-            done = purge_content(self.db, utcnow(), budget_seconds=SHARE_SECONDS)
+            done = purge_content(
+                self.db, utcnow(), budget_seconds=SHARE_SECONDS, cursor=self.cursor
+            )
             took = time.perf_counter() - started
             self.idle.set()
             self.messages += done.messages

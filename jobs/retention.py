@@ -30,6 +30,45 @@ class Purged:
     callbacks: int = 0
 
 
+@dataclass(slots=True)
+class Cursor:
+    """The turn a pass served last: the next pass starts at the one after it, so that every
+    turn comes round in its order however many there are and however few a share serves.
+    A sweeper process keeps one (`SWEEPER`); without one a pass starts at the first turn."""
+
+    last: tuple[int, int, int] | None = None
+
+
+SWEEPER = Cursor()
+_KINDS = {"messages": 0, "callbacks": 1, "deliveries": 2}
+_NONE = 2**63  # sorts after every id: the deliveries that named no identity come last
+
+Turn = tuple[tuple[int, int, int], str, Callable[..., int]]
+
+
+def _turns(db: Database, now: datetime) -> list[Turn]:
+    """Every purge there may be work for, in a fixed order: by tenant, then messages,
+    callbacks and each identity's deliveries."""
+    with db.transaction() as session:
+        due = [(cutoff, identities_of(session, cutoff)) for cutoff in cutoffs(session, now)]
+    turns: list[Turn] = []
+    for cutoff, identities in due:
+        tenant = cutoff.tenant_id if cutoff.tenant_id is not None else _NONE
+        if cutoff.tenant_id is not None:
+            messages = partial(purge_messages, cutoff=cutoff, now=now)
+            callbacks = partial(purge_callbacks, cutoff=cutoff)
+            turns.append(((tenant, _KINDS["messages"], 0), "messages", messages))
+            turns.append(((tenant, _KINDS["callbacks"], 0), "callbacks", callbacks))
+        for identity_id in identities:
+            deliveries = partial(
+                purge_deliveries, identity_id=identity_id, before=cutoff.before, now=now
+            )
+            who = identity_id if identity_id is not None else _NONE
+            turns.append(((tenant, _KINDS["deliveries"], who), "deliveries", deliveries))
+    turns.sort(key=lambda turn: turn[0])
+    return turns
+
+
 def purge_content(
     db: Database,
     now: datetime,
@@ -37,47 +76,37 @@ def purge_content(
     batch: int = BATCH,
     budget_seconds: float = SHARE_SECONDS,
     timer: Callable[[], float] = time.monotonic,
+    cursor: Cursor | None = None,
 ) -> Purged:
     """Purge a batch at a time, taking turns between every tenant's messages, callbacks
     and each identity's deliveries, until nothing is due or the budget is spent (the next
     pass goes on from the oldest left).
 
-    The budget is checked before each batch, not after a run of them: a pass ends within
-    one batch of its share however slow the database is, so on a busy host the purge does
-    not take more of it. Taking turns keeps one tenant's backlog, or a backlog of
-    messages, from holding every other purge back for hours. `now` (the pass's time)
-    picks the turn that starts."""
+    The budget is checked before every turn, one that finds nothing as well as one that
+    purges: a pass ends within one batch of its share however slow the database is and
+    however many turns have nothing due, so on a busy host the purge does not take more of
+    it. The first turn always runs. Taking turns, from the one after the `cursor`'s last,
+    keeps one tenant's backlog, or a backlog of messages, from holding every other purge
+    back: each turn is served once a round, whatever lies between them."""
     deadline = timer() + budget_seconds
     done = {"messages": 0, "deliveries": 0, "callbacks": 0}
-    with db.transaction() as session:
-        due = [(cutoff, identities_of(session, cutoff)) for cutoff in cutoffs(session, now)]
-    turns = []
-    for cutoff, identities in due:
-        if cutoff.tenant_id is not None:
-            turns.append(("messages", partial(purge_messages, cutoff=cutoff, now=now)))
-            turns.append(("callbacks", partial(purge_callbacks, cutoff=cutoff)))
-        for identity_id in identities:
-            purge = partial(
-                purge_deliveries, identity_id=identity_id, before=cutoff.before, now=now
-            )
-            turns.append(("deliveries", purge))
-    if turns:
-        # Each pass starts at another turn: with more turns than a share has batches for,
-        # every one still comes first now and then.
-        start = int(now.timestamp() // 2) % len(turns)
+    turns = _turns(db, now)
+    if cursor is not None and cursor.last is not None:
+        start = next((n for n, turn in enumerate(turns) if turn[0] > cursor.last), 0)
         turns = turns[start:] + turns[:start]
-    purged_any = False
+    served = False
     while turns:
         left = []
-        for kind, purge in turns:
-            # One batch that purges something always runs; then only within the share.
-            if purged_any and timer() >= deadline:
+        for order, kind, purge in turns:
+            if served and timer() >= deadline:
                 return Purged(**done)
             with db.transaction() as session:
                 count = purge(session, batch=batch)
+            served = True
+            if cursor is not None:
+                cursor.last = order
             done[kind] += count
-            purged_any = purged_any or count > 0
             if count == batch:  # a full batch: there may be more
-                left.append((kind, purge))
+                left.append((order, kind, purge))
         turns = left
     return Purged(**done)

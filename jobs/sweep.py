@@ -47,7 +47,7 @@ from jobs.callback_listener import CallbackListener
 from jobs.callbacks import ring_endpoint
 from jobs.queues import build_redis, get_redis
 from jobs.registry import read_live_by_lane
-from jobs.retention import purge_content
+from jobs.retention import SWEEPER, purge_content
 from jobs.ringing import ring_identity
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ def sweep_once(db: Database, config: Config, now: datetime) -> Pass:
             log.exception("bulk plan %s: a chunk failed; the next pass tries again", plan_id)
 
     # 5. Retention: content past each tenant's days, in short batches within a share.
-    purged = purge_content(db, now)
+    purged = purge_content(db, now, cursor=SWEEPER)
 
     # 6. Status callbacks due: their drains rung (one pending or running per endpoint).
     with db.transaction() as session:

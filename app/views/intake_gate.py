@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, cast
+from urllib.parse import unquote_to_bytes
 
 from flask import Flask
 from werkzeug.exceptions import HTTPException
@@ -60,6 +61,8 @@ class IntakeGate:
 
     def refusal(self, environ: dict[str, Any]) -> Response | None:
         """The 429, or None: on to Flask (marked if the rate was taken)."""
+        if _has_nul(environ):
+            return None  # the app's own check answers it 400, taking nothing from the rate
         scheme, _, key = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             return None
@@ -87,6 +90,12 @@ class IntakeGate:
         except HTTPException:  # a RequestRedirect is one too
             return None
         return str(endpoint)
+
+
+def _has_nul(environ: dict[str, Any]) -> bool:
+    """A NUL in the path or the query: `app/inputs.py` refuses those before the key check."""
+    query = unquote_to_bytes(environ.get("QUERY_STRING", ""))
+    return "\x00" in environ.get("PATH_INFO", "") or b"\x00" in query
 
 
 def init_app(app: Flask, require_api_key: Callable[[], Any]) -> None:
