@@ -18,16 +18,12 @@ from app.repo.claims import claim_message
 from app.repo.identities import pause_identity
 
 from ..factories import make_message
-from .dashboard_world import LEASE, NOW, Tenants, make_staff, sign_in, use_clock
+from .dashboard_world import LEASE, NOW, Tenants, client_for
 
 
 @pytest.fixture
 def client(app: Flask, db: Database, tenants: Tenants) -> FlaskClient:
-    use_clock(app)
-    make_staff(db, "ops@acme.test", "operator", tenants.acme.tenant_id)
-    client = app.test_client()
-    sign_in(client, "ops@acme.test")
-    return client
+    return client_for(app, db, "ops@acme.test", "operator", tenants.acme.tenant_id)
 
 
 def status_widget(client: FlaskClient, message_id: int) -> tuple[str, str]:
