@@ -52,6 +52,23 @@ def _read_state(session: Session, message_id: int) -> tuple[Status, int, int] | 
     return Status(row.status), row.cycle, row.attempt
 
 
+def _decide(
+    source: Source,
+    target: Status,
+    state: tuple[Status, int, int],
+    cycle: int | None,
+    attempt: int | None,
+) -> Decision:
+    """The caller's fence first (a cycle or attempt that is no longer the message's is
+    stale), then the state machine."""
+    current, current_cycle, current_attempt = state
+    if (cycle is not None and cycle != current_cycle) or (
+        attempt is not None and attempt != current_attempt
+    ):
+        return Decision(False, current, target, Refusal.STALE)
+    return decide(source, current, target)
+
+
 def apply_status(
     session: Session,
     message_id: int,
@@ -140,15 +157,8 @@ def apply_status(
         return result
 
     for _ in range(_MAX_ROUNDS):
-        current, current_cycle, current_attempt = state
-        stale = (cycle is not None and cycle != current_cycle) or (
-            attempt is not None and attempt != current_attempt
-        )
-        decision = (
-            Decision(False, current, target, Refusal.STALE)
-            if stale
-            else decide(source, current, target)
-        )
+        current, current_cycle, _ = state
+        decision = _decide(source, target, state, cycle, attempt)
         if not decision.applies:
             if decision.fills_own_timestamp:
                 _fill_timestamp(session, message_id, current_cycle, stamp, when)
@@ -207,15 +217,8 @@ def _apply_known(
     3. Apply the move (one guarded UPDATE, which must change the locked row), or fill the
        own timestamp of a late status.
     """
-    current, current_cycle, current_attempt = known
-    stale = (cycle is not None and cycle != current_cycle) or (
-        attempt is not None and attempt != current_attempt
-    )
-    decision = (
-        Decision(False, current, target, Refusal.STALE)
-        if stale
-        else decide(source, current, target)
-    )
+    current, current_cycle, _ = known
+    decision = _decide(source, target, known, cycle, attempt)
     event_id = append_event(
         session,
         applied=decision.applies,
