@@ -21,6 +21,7 @@ from app.config import Config
 from app.db import get_db
 from app.repo.shards import identity_shards, message_shard, waiting_shards
 from jobs.drain import ring_shard
+from jobs.queues import LANES
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,13 @@ def ring_identity(
     holding a waiting message, now or at a time (False: Redis is down)."""
     shards = shards_to_ring(identity_id, lane, config) if shard is None else [shard]
     return all([ring_shard(identity_id, lane, config, s, at=at) for s in shards])
+
+
+def ring_after_new_rates(identity_id: int, config: Config) -> bool:
+    """New rates can change how many shards a lane has: ring each shard of either lane
+    that now holds a waiting message, so none waits for the sweeper's next pass. False:
+    Redis is down (the sweeper rings them)."""
+    return all([ring_identity(identity_id, lane, config) for lane in LANES])
 
 
 def ring_message(message_id: int, lane: str, identity_id: int) -> bool:

@@ -18,7 +18,7 @@ from app.clock import utcnow
 from app.crypto import get_box
 from app.db import get_db
 from app.repo import identities, identity_actions, staff, tenants
-from jobs.ringing import ring_message
+from jobs.ringing import ring_after_new_rates, ring_message
 
 db_cli = AppGroup("db", help="The database schema.")
 tenant_cli = AppGroup("tenant", help="Tenants and their API keys.")
@@ -233,6 +233,11 @@ def identity_update(
     if not changed:
         raise click.UsageError("nothing to change: give at least one option")
     click.echo(f"updated identity {identity_id}: {', '.join(changed)}")
+    # New rates may change a lane's shard count: its drains are rung now, not at the
+    # sweeper's next pass.
+    rates_given = (reply_rate, campaign_rate, total_rate) != (None, None, None)
+    if rates_given and not ring_after_new_rates(identity_id, current_app.config["RATCHET"]):
+        click.echo("Redis is unreachable: the sweeper will ring the drains")
 
 
 @identity_cli.command("pause")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from flask import flash, redirect, render_template, request, url_for
+from flask import current_app, flash, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 from redis.exceptions import RedisError
 from werkzeug.exceptions import NotFound
@@ -25,7 +25,7 @@ from app.views.pages import is_htmx, now, scope_args, staff_blueprint
 from jobs.pacing import Pace, paces
 from jobs.queues import get_redis
 from jobs.registry import read_live_by_lane
-from jobs.ringing import ring_message
+from jobs.ringing import ring_after_new_rates, ring_message
 
 bp = staff_blueprint("identities", __name__)
 
@@ -169,8 +169,12 @@ def rates(identity_id: int) -> ResponseReturnValue:
         flash(f"Rates of identity {identity_id} not changed: {exc}.", "refused")
         return _back()
     if changed:
+        # Committed: a new shard count's drains are rung now, not at the sweeper's pass.
+        rung = ring_after_new_rates(identity_id, current_app.config["RATCHET"])
         flash(
-            f"Identity {identity_id}: {', '.join(changed)} changed; the next batch uses them.", "ok"
+            f"Identity {identity_id}: {', '.join(changed)} changed; the next batch uses them."
+            + ("" if rung else " Redis is unreachable: the sweeper will ring the drains."),
+            "ok",
         )
     else:
         flash(f"Identity {identity_id}: no rate given; nothing changed.", "refused")
