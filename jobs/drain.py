@@ -256,8 +256,8 @@ class Drain:
             instruments.PACING_WAITS.labels(self.lane).inc()
             instruments.PACING_WAIT_SECONDS.labels(self.lane).inc(grant.wait)
             if grant.wait <= MAX_INLINE_WAIT:
-                waited_from = time.monotonic()
-                if not others_waiting(self.redis, self.lane, within=grant.wait):
+                waited_from, me = time.monotonic(), self.identity_id
+                if not others_waiting(self.redis, self.lane, within=grant.wait, identity_id=me):
                     # The wait is spent recording the calls that end meanwhile.
                     self._collect_for(grant.wait - (time.monotonic() - waited_from))
                     return _Step()

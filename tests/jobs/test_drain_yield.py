@@ -46,3 +46,17 @@ def test_a_job_no_worker_takes_is_one_waiting_and_an_empty_queue_none(env: Env) 
     queue.enqueue("jobs.drain.wake_drain", 1, "campaign")
     assert others_waiting(redis, "campaign", IDLE_WORKER_GRACE, within=1.0)
     queue.empty()
+
+
+def test_a_numbers_own_other_shards_are_not_others_waiting(env: Env) -> None:
+    """Its sibling shards wait for the same pacing budget: handing them the worker at a
+    pacing wait only delays this drain by a trip through RQ's scheduler."""
+    redis, queue = a_queue(env)
+    queue.enqueue("jobs.drain.drain", 7, "campaign", "token1", 1)
+    queue.enqueue("jobs.drain.wake_drain", 7, "campaign", 2)
+    assert not others_waiting(redis, "campaign", IDLE_WORKER_GRACE, within=1.0, identity_id=7)
+    # Another number's drain is one waiting; so is anything when no number is named.
+    assert others_waiting(redis, "campaign", IDLE_WORKER_GRACE, within=1.0)
+    queue.enqueue("jobs.drain.drain", 8, "campaign", "token2")
+    assert others_waiting(redis, "campaign", IDLE_WORKER_GRACE, within=1.0, identity_id=7)
+    queue.empty()
