@@ -210,7 +210,10 @@ def test_hostile_values_at_any_route_as_any_role_answer_below_500_and_change_not
     role = data.draw(st.sampled_from(ROLES), label="role")
     fields = data.draw(st.lists(st.sampled_from(FIELDS), unique=True, max_size=8), label="fields")
     values = {field: data.draw(hostile, label=field) for field in fields}
-    path_value = data.draw(st.one_of(hostile, st.just(str(world.message_id))), label="path value")
+    # The real message id only where the path names a message: another route's id may
+    # happen to be the same number (a staff member's, which an admin may disable).
+    real = st.just(str(world.message_id)) if "message_id>" in target.rule.rule else hostile
+    path_value = data.draw(st.one_of(hostile, real), label="path value")
     status = fire(world, role, target, values, path_value)
     assert status < 500, (target.rule.rule, target.method, role, values, path_value, status)
     assert snapshot(world.db) == before
