@@ -134,6 +134,20 @@ def test_the_repo_layer_imports_no_reconciler_view_or_job() -> None:
     assert {name: targets for name, targets in upward.items() if targets} == {}
 
 
+def test_below_the_views_nothing_imports_them() -> None:
+    """The views sit on top: only they and the app factory (`app/__init__.py`, which
+    registers their blueprints) import `app.views`. What a view shares with a module below
+    it lives below."""
+    upward = {
+        name: sorted(
+            target for target in targets if target == "app.views" or target.startswith("app.views.")
+        )
+        for name, targets in import_graph().items()
+        if name not in ("app", "app.views") and not name.startswith("app.views.")
+    }
+    assert {name: targets for name, targets in upward.items() if targets} == {}
+
+
 def test_the_state_machine_imports_nothing_of_ours() -> None:
     assert import_graph()["app.lifecycle"] == frozenset()
 
