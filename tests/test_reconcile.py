@@ -22,10 +22,10 @@ from app.repo.inbox import IncomingStatus
 from app.repo.status_apply import apply_webhook_status
 from app.repo.windows import is_window_open
 
-from .conftest import T0
+from .conftest import T0, at
 from .factories import World, make_world
 from .meta import BUSINESS_ACCOUNT_ID, PHONE_NUMBER_ID, encode, sign, status, status_body
-from .views.test_webhooks_whatsapp import at, sent_message
+from .whatsapp_world import sent_message
 
 SECRET = "meta-app-secret"
 

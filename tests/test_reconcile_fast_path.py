@@ -24,9 +24,9 @@ from app.repo.inbox import IncomingStatus
 from app.repo.status_apply import apply_webhook_status
 from app.repo.transitions import apply_status
 
-from .conftest import SECRET_KEY
+from .conftest import SECRET_KEY, at
 from .factories import World, make_world
-from .views.test_webhooks_whatsapp import at, claimed, sent_message
+from .whatsapp_world import claimed, sent_message
 
 
 @pytest.fixture

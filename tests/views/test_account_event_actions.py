@@ -22,7 +22,7 @@ from app.repo.messages import NewMessage, create_message
 from ..conftest import T0
 from ..factories import World, make_message, make_world
 from ..meta import BUSINESS_ACCOUNT_ID, PHONE_NUMBER_ID, account_body, encode
-from .test_webhooks_whatsapp import SECRET, deliver
+from ..whatsapp_world import SECRET, deliver
 
 LEASE = timedelta(seconds=25)
 NOW = T0 + timedelta(minutes=5)
