@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.clock import utcnow
 from app.db import Database
-from app.models import Message, MessageEvent
+from app.models import MessageEvent
 from app.repo.acceptance import record_accepted
 from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
@@ -51,13 +51,6 @@ def sent_message(db: Database, world: World, wamid: str) -> int:
             session, claim, wamid, T0 + timedelta(seconds=1), unknown_attempts=0, had_unknown=False
         )
     return claim.message_id
-
-
-def message(db: Database, message_id: int) -> Message:
-    with db.transaction() as session:
-        row = session.get(Message, message_id, populate_existing=True)
-        assert row is not None
-        return row
 
 
 def webhook_events(db: Database, message_id: int) -> list[MessageEvent]:

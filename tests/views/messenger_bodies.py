@@ -12,17 +12,9 @@ from pathlib import Path
 from typing import Any
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "messenger"
-
-
 PAGE = "1067280970047460"
-
-
 IG = "17841400000000001"
-
-
 PSID = "1254477777772919"
-
-
 SECRET = "page-app-secret"
 
 

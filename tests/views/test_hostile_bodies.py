@@ -14,9 +14,9 @@ from app.models import Message, WebhookDelivery
 from app.sendrequest import RequestError, normalise_recipient
 
 from ..conftest import at
-from ..factories import World, make_world
+from ..factories import World, make_world, message
 from ..meta import PHONE_NUMBER_ID, encode, sign, status, status_body
-from ..whatsapp_world import message, sent_message
+from ..whatsapp_world import sent_message
 
 # Both fit in 64 KiB, so only the parser can refuse them.
 DEEP = b'{"identity_id": 1, "to": "15551234567", "text": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"

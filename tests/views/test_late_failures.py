@@ -13,8 +13,9 @@ from flask.testing import FlaskClient
 from app.db import Database
 
 from ..conftest import METRICS_AUTH, at
+from ..factories import message
 from ..meta import encode, sign, status, status_body
-from ..whatsapp_world import message, sent_message
+from ..whatsapp_world import sent_message
 from .dashboard_world import Tenants, make_staff, sign_in, use_clock
 
 pytestmark = pytest.mark.usefixtures("one_user_per_request")

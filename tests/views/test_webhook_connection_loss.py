@@ -26,7 +26,7 @@ from ..conftest import at
 from ..factories import make_world
 from ..meta import PHONE_NUMBER_ID, encode, sign, status, status_body
 from ..whatsapp_world import SECRET, deliver, sent_message
-from . import test_webhooks_twilio as tw
+from . import twilio_world as tw
 
 
 @pytest.fixture

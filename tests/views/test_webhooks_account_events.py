@@ -19,7 +19,7 @@ from app.models import Identity, ProviderEvent, WebhookDelivery
 from app.repo.identities import update_identity
 
 from ..conftest import SECRET_KEY, T0, at
-from ..factories import World, make_world
+from ..factories import World, make_world, message
 from ..meta import (
     BUSINESS_ACCOUNT_ID,
     PHONE_NUMBER_ID,
@@ -29,7 +29,7 @@ from ..meta import (
     status,
     status_body,
 )
-from ..whatsapp_world import SECRET, deliver, message, sent_message
+from ..whatsapp_world import SECRET, deliver, sent_message
 from .test_webhooks_unknown_numbers import UNKNOWN
 
 # Real bodies other people wrote down (SDK fixtures, Meta's examples), each with its source:

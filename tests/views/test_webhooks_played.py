@@ -10,9 +10,9 @@ from flask.testing import FlaskClient
 from app.db import Database
 
 from ..conftest import at
-from ..factories import World, make_world
+from ..factories import World, make_world, message
 from ..meta import PHONE_NUMBER_ID, encode, status, status_body
-from ..whatsapp_world import SECRET, deliver, message, sent_message, webhook_events
+from ..whatsapp_world import SECRET, deliver, sent_message, webhook_events
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ from app.models import ConversationWindow, WebhookDelivery, WebhookStatus
 from app.repo.inbox import expire_parked, pending_status_ids
 
 from ..conftest import at
-from ..factories import World, make_world
+from ..factories import World, make_world, message
 from ..meta import PHONE_NUMBER_ID, encode, fixture, sign, status, status_body
-from ..whatsapp_world import SECRET, deliver, message, sent_message
+from ..whatsapp_world import SECRET, deliver, sent_message
 
 UNKNOWN = "999999"
 

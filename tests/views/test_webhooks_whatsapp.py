@@ -21,17 +21,9 @@ from app.repo.failures import record_failed
 from app.repo.requeues import requeue_message
 
 from ..conftest import at
-from ..factories import World, make_world
+from ..factories import World, make_world, message
 from ..meta import PHONE_NUMBER_ID, encode, fixture, sign, status, status_body
-from ..whatsapp_world import (
-    SECRET,
-    claimed,
-    deliver,
-    message,
-    sent_message,
-    set_app_secret,
-    webhook_events,
-)
+from ..whatsapp_world import SECRET, claimed, deliver, sent_message, set_app_secret, webhook_events
 
 
 @pytest.fixture
