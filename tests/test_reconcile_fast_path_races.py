@@ -29,8 +29,7 @@ from jobs.sweep import sweep_once
 
 from .conftest import at
 from .factories import World, make_world
-from .test_reconcile_fast_path import incoming, record
-from .whatsapp_world import claimed, sent_message
+from .whatsapp_world import claimed, incoming, record, sent_message
 
 
 class Background:

@@ -1,11 +1,12 @@
 """A WhatsApp identity's messages as its webhook finds them (claimed, sent), its signed
-deliveries to `/webhooks/whatsapp`, and the rows read back: shared by the webhook, reconciler,
-callback and alert tests.
+deliveries to `/webhooks/whatsapp`, its statuses as the reconciler is handed them (`incoming`,
+`record`), and the rows read back: shared by the webhook, reconciler, callback and alert tests.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from flask import Flask
 from flask.testing import FlaskClient
@@ -15,12 +16,14 @@ from sqlalchemy.orm import Session
 from app.clock import utcnow
 from app.db import Database
 from app.models import MessageEvent
+from app.reconcile import Recorded, record_delivery
 from app.repo.acceptance import record_accepted
 from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
 from app.repo.identities import update_identity
+from app.repo.inbox import IncomingStatus
 
-from .conftest import T0
+from .conftest import T0, at
 from .factories import World, make_message
 from .meta import sign
 
@@ -69,3 +72,27 @@ def set_app_secret(app: Flask, session: Session, identity_id: int, secret: str) 
     update_identity(
         session, app.extensions["ratchet.box"], identity_id, app_secret=secret, now=utcnow()
     )
+
+
+def incoming(world: World, wamid: str, word: str, seconds: int, **kwargs: Any) -> IncomingStatus:
+    return IncomingStatus(
+        identity_id=world.identity_id,
+        provider="whatsapp",
+        provider_message_id=wamid,
+        status=word,
+        provider_time=at(seconds),
+        **kwargs,
+    )
+
+
+def record(database: Database, status: IncomingStatus, seconds: int = 30) -> Recorded:
+    with database.transaction() as session:
+        return record_delivery(
+            session,
+            provider="whatsapp",
+            identity_id=status.identity_id,
+            headers={"X-Test": "1"},
+            body="{}",
+            now=at(seconds),
+            statuses=[status],
+        )

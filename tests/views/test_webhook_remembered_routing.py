@@ -29,7 +29,7 @@ from app.views.webhook_record import (
 from ..conftest import at
 from ..factories import World, make_world
 from ..meta import PHONE_NUMBER_ID, encode, sign, status, status_body
-from ..test_reconcile_fast_path import statements
+from ..sql_verbs import statements
 from ..whatsapp_world import SECRET, sent_message, set_app_secret
 
 
