@@ -7,7 +7,7 @@ scheduled."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from rq import Queue
 from sqlalchemy import select
@@ -18,13 +18,10 @@ from jobs.drain import Drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys, queue_name
 
+from ..views.api_requests import iso
 from .conftest import Env
 
 RATE_LIMITED_ONCE = "15550000004"  # the sandbox's 429 (Retry-After: 2) once per message
-
-
-def iso(when: datetime) -> str:
-    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def run_drain(env: Env, identity_id: int, token: str) -> str:
