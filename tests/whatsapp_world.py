@@ -29,6 +29,7 @@ from .meta import sign
 
 SECRET = "meta-app-secret"
 LEASE = timedelta(seconds=25)
+UNKNOWN = "999999"  # a phone number id no identity has
 
 
 def deliver(client: FlaskClient, raw: bytes, secret: str = SECRET, signature: str | None = None):

@@ -29,8 +29,7 @@ from ..meta import (
     status,
     status_body,
 )
-from ..whatsapp_world import SECRET, deliver, sent_message
-from .test_webhooks_unknown_numbers import UNKNOWN
+from ..whatsapp_world import SECRET, UNKNOWN, deliver, sent_message
 
 # Real bodies other people wrote down (SDK fixtures, Meta's examples), each with its source:
 # the WhatsApp and Messenger entries of a shared corpus of real payloads.

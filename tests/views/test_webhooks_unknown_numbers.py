@@ -20,9 +20,7 @@ from app.repo.inbox import expire_parked, pending_status_ids
 from ..conftest import at
 from ..factories import World, make_world, message
 from ..meta import PHONE_NUMBER_ID, encode, fixture, sign, status, status_body
-from ..whatsapp_world import SECRET, deliver, sent_message
-
-UNKNOWN = "999999"
+from ..whatsapp_world import SECRET, UNKNOWN, deliver, sent_message
 
 
 @pytest.fixture
