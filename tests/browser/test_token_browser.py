@@ -23,8 +23,8 @@ from ..factories import World, make_message
 from ..sandbox.conftest import SandboxProcess, start_sandbox_process, stop_sandbox_process
 from ..views.dashboard_world import make_staff
 from .conftest import Served, axe_violations, screenshot
-from .test_alerts_browser import make_identity
-from .test_dashboard_browser import sign_in
+from .dashboard_steps import sign_in
+from .sandbox_identity import make_identity
 
 pytestmark = pytest.mark.slow
 

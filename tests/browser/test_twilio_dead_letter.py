@@ -21,7 +21,7 @@ from ..factories import make_message, make_world
 from ..views.dashboard_world import T0, make_staff
 from ..views.twilio_world import FIXTURES, SID, TOKEN
 from .conftest import Served, screenshot
-from .test_dashboard_browser import sign_in
+from .dashboard_steps import sign_in
 
 pytestmark = pytest.mark.slow
 
