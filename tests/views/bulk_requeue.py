@@ -13,10 +13,7 @@ from rq import Queue, SimpleWorker
 from app.db import Database
 from jobs.queues import queue_name
 
-from .dashboard_world import (
-    failed_message,
-    page_token,
-)
+from .dashboard_world import failed_message, page_token
 
 EXHAUSTED = {"provider": "whatsapp", "code": 131000, "title": "Something went wrong"}
 

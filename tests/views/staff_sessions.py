@@ -12,11 +12,7 @@ from sqlalchemy import select
 from app.db import Database
 from app.models import AuditEntry
 
-from .dashboard_world import (
-    PASSWORD,
-    csrf_token,
-    page_token,
-)
+from .dashboard_world import PASSWORD, csrf_token, page_token
 
 
 def as_(client: FlaskClient) -> FlaskClient:

@@ -21,14 +21,7 @@ from ..factories import World, make_message, make_world
 from ..factories import message as row
 from ..meta import BUSINESS_ACCOUNT_ID, PHONE_NUMBER_ID, account_body, encode
 from ..whatsapp_world import SECRET, deliver
-from .account_events import (
-    LEASE,
-    NOW,
-    _Undo,
-    claimable_ids,
-    kinds,
-    templated,
-)
+from .account_events import LEASE, NOW, _Undo, claimable_ids, kinds, templated
 
 
 @pytest.fixture

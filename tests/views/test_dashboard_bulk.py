@@ -22,15 +22,7 @@ from jobs.sweep import sweep_once
 
 from ..factories import make_message
 from .bulk_requeue import confirm, exhausted, preview, work_one_campaign_job
-from .dashboard_world import (
-    HTMX,
-    NOW,
-    Tenants,
-    client_for,
-    csrf_token,
-    failed_message,
-    page_token,
-)
+from .dashboard_world import HTMX, NOW, Tenants, client_for, csrf_token, failed_message, page_token
 
 pytestmark = pytest.mark.usefixtures("one_user_per_request")
 

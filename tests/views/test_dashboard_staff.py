@@ -15,14 +15,7 @@ from app.crypto import check_password
 from app.db import Database
 from app.models import Staff
 
-from .dashboard_world import (
-    PASSWORD,
-    Tenants,
-    csrf_token,
-    make_staff,
-    page_token,
-    use_clock,
-)
+from .dashboard_world import PASSWORD, Tenants, csrf_token, make_staff, page_token, use_clock
 from .staff_sessions import as_, audits, post, signed_in
 
 
