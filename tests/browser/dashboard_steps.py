@@ -1,5 +1,6 @@
 """What a person does in the dashboard in a real browser: signs in from the front page
-(`sign_in`) and moves by keyboard alone (`tab_to`).
+(`sign_in`) or straight at the form (`sign_in_on_the_form`), and moves by keyboard alone
+(`tab_to`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,19 @@ from .conftest import Served
 
 
 def sign_in(page: Page, served: Served, email: str) -> None:
+    """From the front page, which sends a visitor to the sign-in form."""
     page.goto(served.url + "/")
     expect(page).to_have_url(re.compile(r"/sign-in"))
+    fill_in_sign_in(page, email)
+
+
+def sign_in_on_the_form(page: Page, served: Served, email: str) -> None:
+    """Straight at the sign-in form."""
+    page.goto(served.url + "/sign-in")
+    fill_in_sign_in(page, email)
+
+
+def fill_in_sign_in(page: Page, email: str) -> None:
     page.get_by_label("Email").fill(email)
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Sign in").click()

@@ -4,7 +4,6 @@ real RQ worker sends through the sandbox provider), the alert clears and the ban
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterator
 from datetime import timedelta
@@ -15,13 +14,13 @@ from playwright.sync_api import Page, expect
 from rq import SimpleWorker
 
 from app.clock import utcnow
-from jobs.alerts import AlertEvaluator
 from jobs.queues import get_queue
 from jobs.ringing import ring_identity
 
 from ..factories import make_message
 from ..sandbox.conftest import SandboxProcess, start_sandbox_process, stop_sandbox_process
 from ..views.dashboard_world import PASSWORD, make_staff
+from .alert_runs import evaluate
 from .conftest import Served, screenshot
 from .sandbox_identity import make_identity
 
@@ -33,13 +32,6 @@ def sandbox(tmp_path: Path) -> Iterator[SandboxProcess]:
     process = start_sandbox_process(tmp_path / "sandbox.log")
     yield process
     stop_sandbox_process(process)
-
-
-def evaluate(served: Served) -> None:
-    config = dataclasses.replace(served.app.config["RATCHET"], stuck_after=60.0)
-    evaluator = AlertEvaluator(served.db, config)
-    evaluator.run(utcnow())
-    evaluator.close()
 
 
 def test_the_banner_appears_when_the_workers_stop_and_clears_when_they_return(
