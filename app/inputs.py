@@ -14,7 +14,7 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.routing import BaseConverter, Map, ValidationError
 
-from app.views.errors import json_error
+from app.json_errors import json_error
 
 MAX_ID = 2**63 - 1
 _DIGITS = re.compile(r"[0-9]{1,19}")

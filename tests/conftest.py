@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from flask import Flask
@@ -42,6 +42,11 @@ METRICS_TOKEN = "test-metrics-token-not-for-production"
 METRICS_AUTH = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    """`seconds` after T0, the tests' clock."""
+    return T0 + timedelta(seconds=seconds)
 
 
 @pytest.fixture(scope="session")

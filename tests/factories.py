@@ -8,6 +8,7 @@ from typing import Any
 
 from app.crypto import SecretBox
 from app.db import Database
+from app.models import Message
 from app.repo.identities import create_identity
 from app.repo.messages import NewMessage, create_message
 from app.repo.tenants import create_tenant
@@ -82,3 +83,11 @@ def make_message(
             now,
         )
         return message.id
+
+
+def message(db: Database, message_id: int) -> Message:
+    """The message's row as it is now."""
+    with db.transaction() as session:
+        row = session.get(Message, message_id, populate_existing=True)
+        assert row is not None
+        return row

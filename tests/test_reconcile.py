@@ -22,10 +22,10 @@ from app.repo.inbox import IncomingStatus
 from app.repo.status_apply import apply_webhook_status
 from app.repo.windows import is_window_open
 
-from .conftest import T0
+from .conftest import T0, at
 from .factories import World, make_world
 from .meta import BUSINESS_ACCOUNT_ID, PHONE_NUMBER_ID, encode, sign, status, status_body
-from .views.test_webhooks_whatsapp import at, sent_message
+from .whatsapp_world import incoming, sent_message
 
 SECRET = "meta-app-secret"
 
@@ -33,16 +33,6 @@ SECRET = "meta-app-secret"
 @pytest.fixture
 def world(db: Database) -> World:
     return make_world(db, account_id=PHONE_NUMBER_ID, app_secret=SECRET)
-
-
-def incoming(world: World, wamid: str, word: str, seconds: int) -> IncomingStatus:
-    return IncomingStatus(
-        identity_id=world.identity_id,
-        provider="whatsapp",
-        provider_message_id=wamid,
-        status=word,
-        provider_time=at(seconds),
-    )
 
 
 def test_a_list_of_normalized_statuses_is_recorded_then_each_applied(

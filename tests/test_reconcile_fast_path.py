@@ -6,73 +6,30 @@ path does, fall back to that path when it does not apply, and hold under races."
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select, update
+from sqlalchemy import select, update
 
 from app import migrate
 from app.correlation import derive_key
 from app.db import Database
 from app.lifecycle import Source, Status
 from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
-from app.reconcile import Recorded, apply_recorded, record_delivery
-from app.repo.inbox import IncomingStatus
+from app.reconcile import apply_recorded
 from app.repo.status_apply import apply_webhook_status
 from app.repo.transitions import apply_status
 
-from .conftest import SECRET_KEY
+from .conftest import SECRET_KEY, at
 from .factories import World, make_world
-from .views.test_webhooks_whatsapp import at, claimed, sent_message
+from .sql_verbs import statements
+from .whatsapp_world import claimed, incoming, record, sent_message
 
 
 @pytest.fixture
 def world(db: Database) -> World:
     return make_world(db)
-
-
-@contextmanager
-def statements(database: Database) -> Iterator[list[str]]:
-    """The verbs of the SQL statements sent meanwhile (savepoints left out)."""
-    verbs: list[str] = []
-
-    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        verb = statement.lstrip().split(None, 1)[0].upper()
-        if verb not in ("SAVEPOINT", "RELEASE", "ROLLBACK"):
-            verbs.append(verb)
-
-    event.listen(database.engine, "before_cursor_execute", on_execute)
-    try:
-        yield verbs
-    finally:
-        event.remove(database.engine, "before_cursor_execute", on_execute)
-
-
-def incoming(world: World, wamid: str, word: str, seconds: int, **kwargs: Any) -> IncomingStatus:
-    return IncomingStatus(
-        identity_id=world.identity_id,
-        provider="whatsapp",
-        provider_message_id=wamid,
-        status=word,
-        provider_time=at(seconds),
-        **kwargs,
-    )
-
-
-def record(database: Database, status: IncomingStatus, seconds: int = 30) -> Recorded:
-    with database.transaction() as session:
-        return record_delivery(
-            session,
-            provider="whatsapp",
-            identity_id=status.identity_id,
-            headers={"X-Test": "1"},
-            body="{}",
-            now=at(seconds),
-            statuses=[status],
-        )
 
 
 def webhook_move(database: Database, message_id: int, target: Status, seconds: int) -> None:

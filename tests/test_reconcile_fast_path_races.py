@@ -27,9 +27,9 @@ from app.repo.requeues import requeue_message
 from app.repo.transitions import apply_status
 from jobs.sweep import sweep_once
 
+from .conftest import at
 from .factories import World, make_world
-from .test_reconcile_fast_path import incoming, record
-from .views.test_webhooks_whatsapp import at, claimed, sent_message
+from .whatsapp_world import claimed, incoming, record, sent_message
 
 
 class Background:

@@ -23,6 +23,7 @@ from flask.typing import ResponseReturnValue
 from app.clock import utcnow
 from app.crypto import get_box
 from app.db import Database, request_db
+from app.json_errors import json_error
 from app.meta_events import act_on_events
 from app.providers.base import Provider
 from app.providers.whatsapp_account import account_changes, numbers_by_account
@@ -34,7 +35,6 @@ from app.repo.provider_events import (
     whatsapp_secret_holders,
 )
 from app.repo.routing import RoutedIdentity
-from app.views.errors import json_error
 from app.views.webhook_verify import refused
 from jobs.ringing import ring_message
 

@@ -12,6 +12,7 @@ from flask.typing import ResponseReturnValue
 from app.clock import utcnow
 from app.config import Config
 from app.db import get_db
+from app.json_errors import json_error
 from app.lifecycle import TIMESTAMP_FIELD
 from app.models import Message
 from app.providers import PROVIDERS
@@ -33,7 +34,6 @@ from app.sendrequest import (
     parse_send_request,
 )
 from app.views.body import BodyError, parse_json, read_body
-from app.views.errors import json_error
 from app.views.intake import note_accepted, refuse_past_limits
 from app.views.keycache import tenant_for_key
 from app.views.openapi_tenant import document as openapi_document

@@ -18,10 +18,10 @@ from app.clock import utcnow
 from app.config import Config
 from app.crypto import get_box
 from app.db import get_db
+from app.json_errors import json_error
 from app.repo import callback_endpoints as repo
 from app.sendrequest import MAX_ID, RequestError
 from app.views.api import read_json, require_api_key
-from app.views.errors import json_error
 
 bp = Blueprint("callback_api", __name__, url_prefix="/v1/callback-endpoints")
 bp.before_request(require_api_key)

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from app.json_errors import json_error
+
 MACHINE_PREFIXES = ("/v1/", "/webhooks/")
-
-
-def json_error(status: int, message: str, **extra: object) -> Response:
-    response = jsonify(error=message, **extra)
-    response.status_code = status
-    return response
 
 
 def init_app(app: Flask) -> None:

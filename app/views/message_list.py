@@ -6,11 +6,11 @@ from flask import Blueprint, g, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from app.db import get_db
+from app.json_errors import json_error
 from app.listquery import encode_cursor, parse_list_query
 from app.repo.listing import list_messages
 from app.sendrequest import RequestError
 from app.views.api import message_json, require_api_key
-from app.views.errors import json_error
 
 bp = Blueprint("message_list", __name__, url_prefix="/v1")
 # The same key check (and intake limits) as the rest of the API.

@@ -30,6 +30,7 @@ from app.clock import utcnow
 from app.config import Config
 from app.crypto import get_box
 from app.db import request_db
+from app.json_errors import json_error
 from app.models import Identity
 from app.providers import twilio
 from app.providers.base import StatusUpdate, WebhookFormatError
@@ -43,7 +44,6 @@ from app.reconcile import (
 from app.repo.identities import get_identity, reveal_secrets
 from app.repo.inbox import IncomingStatus
 from app.views.body import BodyError, kept_headers, read_body
-from app.views.errors import json_error
 from app.views.webhooks import count_delivery
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ import logging
 from flask.typing import ResponseReturnValue
 
 from app.crypto import get_box
+from app.json_errors import json_error
 from app.providers.base import Provider
 from app.repo.routing import RoutedIdentity
-from app.views.errors import json_error
 
 log = logging.getLogger("app.views.webhooks")
 

@@ -34,6 +34,7 @@ from flask.typing import ResponseReturnValue
 from app import instruments
 from app.config import Config
 from app.db import Database, get_db, request_db
+from app.json_errors import json_error
 from app.providers import get_provider
 from app.providers.base import Provider, WebhookBatch, WebhookFormatError
 from app.providers.whatsapp_account import business_account_ids
@@ -46,7 +47,6 @@ from app.views.account_webhooks import (
     receive_account_delivery,
 )
 from app.views.body import BodyError, kept_headers, parse_json, read_body
-from app.views.errors import json_error
 from app.views.webhook_record import Arrival, Stored, remembered_routing, verify_and_record
 
 log = logging.getLogger(__name__)

@@ -4,33 +4,27 @@ real RQ worker sends through the sandbox provider), the alert clears and the ban
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 from rq import SimpleWorker
 
 from app.clock import utcnow
-from app.crypto import SecretBox
-from app.repo.identities import create_identity
-from app.repo.tenants import create_tenant
-from jobs.alerts import AlertEvaluator
 from jobs.queues import get_queue
 from jobs.ringing import ring_identity
 
-from ..conftest import SECRET_KEY
-from ..factories import World, make_message
+from ..factories import make_message
 from ..sandbox.conftest import SandboxProcess, start_sandbox_process, stop_sandbox_process
 from ..views.dashboard_world import PASSWORD, make_staff
+from .alert_runs import evaluate
 from .conftest import Served, screenshot
+from .sandbox_identity import make_identity
 
 pytestmark = pytest.mark.slow
-NUMBER = "5550999000001"
 
 
 @pytest.fixture
@@ -38,42 +32,6 @@ def sandbox(tmp_path: Path) -> Iterator[SandboxProcess]:
     process = start_sandbox_process(tmp_path / "sandbox.log")
     yield process
     stop_sandbox_process(process)
-
-
-def make_identity(served: Served, sandbox: SandboxProcess, token: str = "good-token") -> World:
-    """A WhatsApp identity on the sandbox's number, which accepts "good-token"."""
-    with httpx.Client(timeout=10) as http:
-        answer = http.post(
-            f"{sandbox.url}/_sandbox/numbers",
-            json={
-                "phone_number_id": NUMBER,
-                "token": "good-token",
-                "app_secret": "sandbox-app-secret",
-                "webhook_url": f"{served.url}/webhooks/whatsapp",
-            },
-        )
-        assert answer.status_code < 300, answer.text
-    with served.db.transaction() as session:
-        tenant, key = create_tenant(session, "acme", utcnow())
-        identity = create_identity(
-            session,
-            SecretBox(SECRET_KEY),
-            tenant_id=tenant.id,
-            provider="whatsapp",
-            account_id=NUMBER,
-            base_url=f"{sandbox.url}/v21.0",
-            token=token,
-            app_secret="sandbox-app-secret",
-            now=utcnow(),
-        )
-        return World(tenant.id, key, identity.id)
-
-
-def evaluate(served: Served) -> None:
-    config = dataclasses.replace(served.app.config["RATCHET"], stuck_after=60.0)
-    evaluator = AlertEvaluator(served.db, config)
-    evaluator.run(utcnow())
-    evaluator.close()
 
 
 def test_the_banner_appears_when_the_workers_stop_and_clears_when_they_return(

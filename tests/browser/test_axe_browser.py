@@ -24,7 +24,6 @@ from jobs.registry import read_live_by_lane
 from ..factories import make_message
 from ..views.dashboard_world import (
     NOW,
-    PASSWORD,
     Tenants,
     failed_message,
     make_staff,
@@ -32,6 +31,7 @@ from ..views.dashboard_world import (
     sent_message,
 )
 from .conftest import Served, axe_violations
+from .dashboard_steps import sign_in_on_the_form
 
 pytestmark = pytest.mark.slow
 
@@ -84,14 +84,6 @@ def tab(request: pytest.FixtureRequest, browser: Browser) -> Iterator[Page]:
     context.close()
 
 
-def sign_in(page: Page, served: Served, email: str) -> None:
-    page.goto(served.url + "/sign-in")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
-
-
 def check(page: Page, url: str, found: dict[str, list[str]]) -> None:
     page.goto(url)
     expect(page.locator("main h1").first).to_be_visible()
@@ -105,7 +97,7 @@ def check(page: Page, url: str, found: dict[str, list[str]]) -> None:
 def test_axe_finds_no_violation_on_any_page(tab: Page, served: Served, filled: Filled) -> None:
     found: dict[str, list[str]] = {}
     check(tab, served.url + "/sign-in", found)
-    sign_in(tab, served, "admin@acme.test")
+    sign_in_on_the_form(tab, served, "admin@acme.test")
     # A bulk plan to look at: the dead letters' "Requeue matching…" makes one.
     tab.goto(served.url + "/dead-letters")
     tab.get_by_role("button", name="Requeue matching…").click()
@@ -138,7 +130,7 @@ def test_axe_finds_no_violation_on_any_page(tab: Page, served: Served, filled: F
     check(tab, plan, found)
     # The platform admin's own pages: every tenant, and the tenants' settings.
     tab.context.clear_cookies()
-    sign_in(tab, served, "root@ratchet.test")
+    sign_in_on_the_form(tab, served, "root@ratchet.test")
     check(tab, served.url + "/", found)
     check(tab, served.url + "/tenants", found)
     assert found == {}, "\n".join(f"{url}:\n  " + "\n  ".join(v) for url, v in found.items())

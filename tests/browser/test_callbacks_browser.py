@@ -15,7 +15,7 @@ from ..callbacks.conftest import BOX, add_endpoint, at, delivered_message, outbo
 from ..callbacks.receiver import Receiver
 from ..views.dashboard_world import make_staff, make_tenants
 from .conftest import Served, axe_violations, screenshot
-from .test_dashboard_browser import sign_in
+from .dashboard_steps import sign_in
 
 pytestmark = pytest.mark.slow
 

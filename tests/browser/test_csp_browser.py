@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, Request, expect
 
-from ..views.dashboard_world import PASSWORD, failed_message, make_staff, make_tenants
+from ..views.dashboard_world import failed_message, make_staff, make_tenants
 from .conftest import Served, screenshot
+from .dashboard_steps import sign_in_on_the_form
 
 pytestmark = pytest.mark.slow
 
@@ -24,14 +25,6 @@ Object.defineProperty(Document.prototype, "visibilityState", {
 """
 
 
-def sign_in(page: Page, served: Served, email: str) -> None:
-    page.goto(served.url + "/sign-in")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
-
-
 def is_poll(request: Request) -> bool:
     return request.headers.get("hx-request") == "true"
 
@@ -41,7 +34,7 @@ def test_the_overview_polls_while_visible_and_not_while_hidden(page: Page, serve
     make_staff(served.db, "ops@acme.test", "operator", tenants.acme.tenant_id)
     page.add_init_script(VISIBILITY)
     page.clock.install()
-    sign_in(page, served, "ops@acme.test")
+    sign_in_on_the_form(page, served, "ops@acme.test")
     phase = ["visible"]
     polls: list[tuple[str, str]] = []
     page.on("request", lambda r: polls.append((phase[0], r.url)) if is_poll(r) else None)
@@ -68,7 +61,7 @@ def test_an_operator_shows_a_recipients_full_number_with_one_click(
     tenants = make_tenants(served.db)
     make_staff(served.db, "ops@acme.test", "operator", tenants.acme.tenant_id)
     dead = failed_message(served.db, tenants.acme, recipient="15557654321")
-    sign_in(page, served, "ops@acme.test")
+    sign_in_on_the_form(page, served, "ops@acme.test")
     page.goto(f"{served.url}/messages/{dead}")
     recipient = page.locator("#recipient")
     expect(recipient).to_contain_text("…4321")

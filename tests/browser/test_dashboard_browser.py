@@ -14,7 +14,6 @@ from playwright.sync_api import Browser, Page, expect
 from ..factories import make_message
 from ..views.dashboard_world import (
     NOW,
-    PASSWORD,
     Tenants,
     failed_message,
     make_staff,
@@ -22,6 +21,7 @@ from ..views.dashboard_world import (
     sent_message,
 )
 from .conftest import Served, screenshot
+from .dashboard_steps import sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -42,15 +42,6 @@ def tenants(served: Served) -> Tenants:
     make_staff(served.db, "ops@acme.test", "operator", world.acme.tenant_id)
     make_staff(served.db, "view@acme.test", "viewer", world.acme.tenant_id)
     return world
-
-
-def sign_in(page: Page, served: Served, email: str) -> None:
-    page.goto(served.url + "/")
-    expect(page).to_have_url(re.compile(r"/sign-in"))
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
 
 
 def test_an_operator_signs_in_sees_a_queue_turn_stuck_and_requeues_a_dead_letter_in_place(

@@ -23,7 +23,7 @@ from ..views.dashboard_world import (
     sent_message,
 )
 from .conftest import Served, screenshot
-from .test_dashboard_browser import sign_in
+from .dashboard_steps import sign_in, tab_to
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +100,7 @@ def test_at_a_phones_width_the_menu_wraps_long_ids_break_and_raw_boxes_take_focu
 def test_the_charts_page_draws_an_hour_a_person_can_read(
     page: Page, served: Served, tenants: Tenants
 ) -> None:
-    from ..views.test_charts import an_hour_of_traffic
+    from ..views.chart_traffic import an_hour_of_traffic
 
     an_hour_of_traffic(served.db, tenants.acme)
     for minute in range(0, 10, 3):  # a little more traffic, and a failure streak
@@ -154,18 +154,6 @@ def test_a_stuck_lane_with_no_worker_is_red_on_the_overview_and_named_in_the_ale
     page.get_by_role("link", name="Identities", exact=True).click()
     expect(page.locator("#identities-table")).to_contain_text("NOT SENDING")
     screenshot(page, "45-identities-not-sending")
-
-
-def tab_to(page: Page, matches: str, limit: int = 120) -> None:
-    """Press Tab until the focused element satisfies the JS predicate `matches` (on `el`),
-    checking on the way that every focused element shows a focus outline."""
-    for _ in range(limit):
-        page.keyboard.press("Tab")
-        if page.evaluate(f"(el => {matches})(document.activeElement)"):
-            outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
-            assert outline != "none", page.evaluate("document.activeElement.outerHTML")
-            return
-    raise AssertionError(f"never reached by Tab: {matches}")
 
 
 def test_a_dead_letter_is_found_read_and_requeued_by_keyboard_alone(

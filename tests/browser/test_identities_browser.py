@@ -16,7 +16,7 @@ from jobs.queues import get_queue, get_redis
 from ..factories import make_message
 from ..views.dashboard_world import NOW, Tenants, make_staff, make_tenants
 from .conftest import Served, screenshot
-from .test_dashboard_browser import sign_in
+from .dashboard_steps import sign_in
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,7 @@ from ..views.dashboard_world import (
     sent_message,
 )
 from .conftest import Served, axe_violations, screenshot
-from .test_dashboard_browser import sign_in
-from .test_glance_browser import tab_to
+from .dashboard_steps import sign_in, tab_to
 
 pytestmark = pytest.mark.slow
 

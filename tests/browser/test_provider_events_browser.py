@@ -17,7 +17,7 @@ from ..conftest import SECRET_KEY, T0
 from ..meta import BUSINESS_ACCOUNT_ID, account_body, encode, sign
 from ..views.dashboard_world import Tenants, make_staff, make_tenants
 from .conftest import Served, axe_violations, screenshot
-from .test_dashboard_browser import sign_in
+from .dashboard_steps import sign_in
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from app.repo.requeues import requeue_from_dashboard
 
 from ..views.dashboard_world import NOW, Tenants, failed_message, make_staff, make_tenants
 from .conftest import Served, axe_violations, screenshot
-from .test_dashboard_browser import sign_in
+from .dashboard_steps import sign_in
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from jobs.retention import purge_content
 
 from ..views.dashboard_world import NOW, Tenants, failed_message, make_staff, make_tenants
 from .conftest import Served, screenshot
-from .test_dashboard_browser import sign_in
+from .dashboard_steps import sign_in
 
 pytestmark = pytest.mark.slow
 

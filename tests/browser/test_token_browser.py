@@ -5,7 +5,6 @@ held message goes out. The automatic pause is in the audit log, marked automatic
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,16 +14,16 @@ from playwright.sync_api import Page, expect
 from rq import SimpleWorker
 
 from app.clock import utcnow
-from jobs.alerts import AlertEvaluator
 from jobs.queues import get_queue
 from jobs.ringing import ring_identity
 
 from ..factories import World, make_message
 from ..sandbox.conftest import SandboxProcess, start_sandbox_process, stop_sandbox_process
 from ..views.dashboard_world import make_staff
+from .alert_runs import evaluate
 from .conftest import Served, axe_violations, screenshot
-from .test_alerts_browser import make_identity
-from .test_dashboard_browser import sign_in
+from .dashboard_steps import sign_in
+from .sandbox_identity import make_identity
 
 pytestmark = pytest.mark.slow
 
@@ -41,13 +40,6 @@ def work_campaign_lane(served: Served, world: World) -> None:
     assert ring_identity(world.identity_id, "campaign", served.app.config["RATCHET"])
     queue = get_queue("campaign")
     SimpleWorker([queue], connection=queue.connection).work(burst=True, with_scheduler=False)
-
-
-def evaluate(served: Served) -> None:
-    config = dataclasses.replace(served.app.config["RATCHET"], stuck_after=60.0)
-    evaluator = AlertEvaluator(served.db, config)
-    evaluator.run(utcnow())
-    evaluator.close()
 
 
 def test_an_expired_token_pauses_the_identity_and_an_admin_replaces_it_and_resumes(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,14 +19,11 @@ from app.repo.claims import claim_message
 
 from ..factories import make_message, make_world
 from ..views.dashboard_world import T0, make_staff
+from ..views.twilio_world import FIXTURES, SID, TOKEN
 from .conftest import Served, screenshot
-from .test_dashboard_browser import sign_in
+from .dashboard_steps import sign_in
 
 pytestmark = pytest.mark.slow
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "twilio"
-SID = "AC" + "X" * 32
-TOKEN = "twilio-auth-token-acme"
 
 
 def test_an_undelivered_twilio_message_reads_as_a_dead_letter_with_what_to_do(

@@ -20,9 +20,9 @@ from app.repo.failures import record_failed
 from app.repo.transitions import apply_status
 from jobs.callbacks import deliver_due
 
-from ..conftest import SECRET_KEY, T0, make_app
+from ..conftest import SECRET_KEY, T0, at, make_app
 from ..factories import World
-from ..views.test_webhooks_whatsapp import claimed, sent_message
+from ..whatsapp_world import claimed, sent_message
 
 __all__ = ["sent_message"]
 from .receiver import Receiver
@@ -58,10 +58,6 @@ def add_endpoint(db: Database, world: World, receiver: Receiver) -> int:
         )
     receiver.secret = secret
     return endpoint.id
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
 
 
 def webhook(db: Database, message_id: int, word: str, seconds: float) -> None:

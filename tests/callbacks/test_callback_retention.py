@@ -21,7 +21,7 @@ from jobs.retention import purge_content
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_world
 from ..meta import PHONE_NUMBER_ID
-from ..views.test_webhooks_whatsapp import SECRET, sent_message
+from ..whatsapp_world import SECRET, sent_message
 from .conftest import failed_message
 
 

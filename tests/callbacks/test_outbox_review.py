@@ -21,7 +21,7 @@ from app.repo.transitions import apply_status
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_world
 from ..meta import PHONE_NUMBER_ID
-from ..views.test_webhooks_whatsapp import SECRET, sent_message
+from ..whatsapp_world import SECRET, sent_message
 
 URL = "https://hooks.example.com/ratchet"
 

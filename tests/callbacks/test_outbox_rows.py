@@ -4,8 +4,6 @@ duplicate status, none for another tenant's endpoint; the sequence only grows.""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
@@ -19,10 +17,10 @@ from app.repo.cancels import cancel_message
 from app.repo.failures import record_failed
 from app.repo.requeues import requeue_message
 
-from ..conftest import SECRET_KEY, T0
+from ..conftest import SECRET_KEY, T0, at
 from ..factories import World, make_message, make_world
 from ..meta import PHONE_NUMBER_ID, encode, status, status_body
-from ..views.test_webhooks_whatsapp import SECRET, claimed, deliver, sent_message
+from ..whatsapp_world import SECRET, claimed, deliver, sent_message
 
 
 @pytest.fixture
@@ -53,10 +51,6 @@ def rows(db: Database, message_id: int) -> list[Callback]:
     with db.transaction() as session:
         query = select(Callback).where(Callback.message_id == message_id)
         return list(session.scalars(query.order_by(Callback.id)))
-
-
-def at(seconds: int):
-    return T0 + timedelta(seconds=seconds)
 
 
 def test_each_applied_webhook_status_writes_one_callback_and_refused_or_repeated_ones_none(

@@ -12,8 +12,8 @@ from app.clock import utcnow
 from app.repo.alert_signals import dwelling_messages
 from jobs.alerts import AlertEvaluator
 
+from .alert_states import firing
 from .conftest import Env
-from .test_alerts_stuck import firing
 
 BATCH = 12
 

@@ -18,7 +18,7 @@ from jobs.alerts import AlertEvaluator
 from ..conftest import T0
 from ..factories import World, make_world
 from ..meta import BUSINESS_ACCOUNT_ID, PHONE_NUMBER_ID, account_body, encode
-from ..views.test_webhooks_whatsapp import SECRET, deliver
+from ..whatsapp_world import SECRET, deliver
 
 
 @pytest.fixture

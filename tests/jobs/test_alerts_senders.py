@@ -9,8 +9,8 @@ from datetime import timedelta
 from app.models import AlertEpisode
 from jobs.alerts import AlertEvaluator
 
+from .alert_states import firing
 from .conftest import Env
-from .test_alerts_stuck import firing
 
 
 def test_a_broken_sender_pauses_the_identity_and_the_paused_alert_fires_with_the_reason(

@@ -4,7 +4,6 @@ PostgreSQL, Redis, RQ workers and the sandbox; the evaluator's `now` is passed i
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import signal
@@ -17,26 +16,22 @@ from pathlib import Path
 
 import pytest
 from redis import Redis
-from rq import SimpleWorker
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from app.clock import utcnow
 from app.models import Identity
 from app.repo.alerts import firing_alerts
 from app.repo.identities import pause_identity
 from jobs.alerts import AlertEvaluator
-from jobs.queues import get_queue
 from jobs.ringing import ring_identity
 from jobs.sweep import run_sweeper
 
 from ..conftest import PG_URL, SECRET_KEY, free_port, make_app
 from ..factories import World, make_message
+from .alert_states import THRESHOLD, firing, queued_at, work_campaign_lane, writes_refused
 from .conftest import Env
-from .test_paused_worker import is_stopped
+from .processes import is_stopped
 
 ROOT = Path(__file__).resolve().parents[2]
-THRESHOLD = 30.0
 
 
 @pytest.fixture
@@ -45,23 +40,6 @@ def evaluator(env: Env) -> Iterator[AlertEvaluator]:
     made = AlertEvaluator(env.db, config)
     yield made
     made.close()
-
-
-def firing(env: Env) -> set[str]:
-    with env.db.transaction() as session:
-        return {alert.alert_key for alert in firing_alerts(session)}
-
-
-def queued_at(env: Env, message_id: int) -> datetime:
-    moment = env.message(message_id).queued_at
-    assert moment is not None
-    return moment
-
-
-def work_campaign_lane() -> None:
-    """A worker that runs what the campaign lane's queue holds, then stops."""
-    queue = get_queue("campaign")
-    SimpleWorker([queue], connection=queue.connection).work(burst=True, with_scheduler=False)
 
 
 def assert_fires_just_past_the_threshold(
@@ -168,22 +146,6 @@ def test_a_paused_identity_raises_the_paused_alert_alone_not_a_stuck_queue_too(
     evaluator.run(queued_at(env, message_id) + timedelta(seconds=THRESHOLD * 3))
     # One cause, one alert (an expired token used to raise three: paused and both lanes).
     assert firing(env) == {f"paused:{number['identity_id']}"}
-
-
-@contextlib.contextmanager
-def writes_refused(env: Env) -> Iterator[None]:
-    """The database refuses writes: a read-only transaction default for every new session."""
-    name = make_url(PG_URL).database
-    with env.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-        connection.execute(text(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'))
-    env.db.engine.dispose()  # sessions from now on read the new default
-    try:
-        yield
-    finally:
-        with env.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-            connection.execute(text("SET default_transaction_read_only = off"))
-            connection.execute(text(f'ALTER DATABASE "{name}" RESET default_transaction_read_only'))
-        env.db.engine.dispose()
 
 
 def test_it_fires_when_the_database_refuses_writes_and_stores_it_once_it_can(

@@ -24,8 +24,8 @@ from jobs.alerts import AlertEvaluator
 
 from ..conftest import PG_URL, SECRET_KEY, free_port
 from .alert_receiver import SECRET, Receiver
+from .alert_states import THRESHOLD, firing, queued_at, work_campaign_lane, writes_refused
 from .conftest import Env
-from .test_alerts_stuck import THRESHOLD, firing, queued_at, work_campaign_lane, writes_refused
 
 ROOT = Path(__file__).resolve().parents[2]
 

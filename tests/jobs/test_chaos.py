@@ -8,16 +8,13 @@ must have accepted each at most once.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from redis import Redis
@@ -31,31 +28,12 @@ from jobs.queues import queue_name
 
 from ..conftest import PG_URL, SECRET_KEY
 from .conftest import Env
+from .outcomes import correlation_of, finished
+from .processes import start
 
-ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 300
 HANGING = 12
 HANG_RECIPIENT = "15550000001"
-PR_SET_PDEATHSIG = 1
-
-
-def start(name: str, args: list[str], env: dict[str, str], logs: Path) -> subprocess.Popen:
-    with (logs / f"{name}.log").open("w") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(
-            [sys.executable, "-m", "flask", "--app", "wsgi", *args],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent,
-            start_new_session=True,  # its own process group: RQ's scheduler child goes too
-        )
-
-
-def die_with_parent() -> None:
-    """If pytest itself is killed, take the workers with it (Linux's PR_SET_PDEATHSIG), so
-    no stray worker consumes a later run's queue."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @pytest.mark.slow
@@ -154,30 +132,6 @@ def test_a_run_with_a_flushed_redis_and_a_killed_worker_loses_and_duplicates_not
                 os.killpg(process.pid, signal.SIGKILL)  # what is left of its group
     for name in ("worker0", "worker1", "worker2", "sweeper"):
         assert "Traceback" not in (tmp_path / f"{name}.log").read_text(), name
-
-
-def correlation_of(provider: str, accepted: dict) -> str | None:
-    """Our correlation id in an accepted send: WhatsApp's biz_opaque_callback_data, or the
-    `c` of Twilio's StatusCallback URL."""
-    if provider == "twilio":
-        callback = accepted["form"].get("StatusCallback", "")
-        return dict(parse_qsl(urlsplit(callback).query)).get("c")
-    return accepted["body"].get("biz_opaque_callback_data")
-
-
-def finished(env: Env, ids: list[int]) -> int:
-    """Messages that reached a terminal or advanced state."""
-    with env.db.transaction() as session:
-        return (
-            session.scalar(
-                select(func.count())
-                .select_from(Message)
-                .where(
-                    Message.id.in_(ids), Message.status.in_(["sent", "delivered", "read", "failed"])
-                )
-            )
-            or 0
-        )
 
 
 def kill_a_worker_sending_to(env: Env, redis: Redis, message_ids: set[int]) -> bool:

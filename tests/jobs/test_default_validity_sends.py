@@ -11,26 +11,14 @@ from sqlalchemy import select
 
 from app.models import MessageEvent
 from app.repo.identity_validity import set_default_validity
-from jobs.drain import Drain
-from jobs.pacing import Pacer
-from jobs.queues import drain_keys
 
 from .conftest import Env
+from .drain_runs import run_drain
 
 
 def set_defaults(env: Env, identity_id: int, **seconds: int | None) -> None:
     with env.db.transaction() as session:
         set_default_validity(session, identity_id, seconds, actor="test", now=env.now, via="test")
-
-
-def run_drain(env: Env, identity_id: int, lane: str, token: str) -> str:
-    redis = env.app.extensions["ratchet.redis"]
-    config = env.config
-    pacer = Pacer(redis, config.pacing_burst, config.pacing_slowdown, config.pair_limit_wait)
-    redis.set(drain_keys(identity_id, lane)[0], token, px=60_000)
-    drain = Drain(env.db, env.box, config, redis, pacer, identity_id, lane)
-    drain.clock = env.clock
-    return drain.run(token)
 
 
 def test_a_message_past_its_lanes_default_validity_fails_expired_and_is_never_sent(

@@ -26,7 +26,7 @@ from jobs.ringing import ring_identity
 
 from ..conftest import PG_URL, SECRET_KEY
 from .conftest import Env
-from .test_chaos import start
+from .processes import start
 
 BURST_SECONDS = 0.1
 

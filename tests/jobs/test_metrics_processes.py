@@ -19,8 +19,8 @@ from app.models import Message
 
 from ..conftest import METRICS_AUTH, METRICS_TOKEN, PG_URL, SECRET_KEY, free_port
 from .conftest import Env
-from .test_chaos import die_with_parent, start
-from .test_metrics_scrape import Scrape
+from .processes import die_with_parent, start
+from .scrape import Scrape
 
 ROOT = Path(__file__).resolve().parents[2]
 GUNICORN = [sys.executable, "-m", "gunicorn", "--workers", "2", "--no-control-socket"]

@@ -10,7 +10,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 from rq import Queue, SimpleWorker
 
@@ -22,29 +21,10 @@ from jobs.queues import queue_name
 
 from ..conftest import METRICS_AUTH
 from .conftest import Env
+from .scrape import Scrape
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "whatsapp"
 LANE_LABELS = {"identity", "tenant", "provider", "lane"}
-
-
-class Scrape:
-    def __init__(self, text: str) -> None:
-        self.families = {family.name: family for family in text_string_to_metric_families(text)}
-
-    def value(self, sample: str, **labels: str) -> float:
-        """The sum of the samples of that name whose labels include `labels` (0 if none)."""
-        family = self.families[sample.removesuffix("_total").removesuffix("_count")]
-        return sum(
-            s.value
-            for s in family.samples
-            if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
-        )
-
-    def labels_of(self, family: str) -> set[str]:
-        found: set[str] = set()
-        for sample in self.families[family].samples:
-            found |= set(sample.labels) - {"le"}
-        return found
 
 
 def scrape(env: Env) -> Scrape:

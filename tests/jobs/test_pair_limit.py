@@ -27,7 +27,7 @@ from jobs.pacing import Pacer
 from jobs.queues import drain_keys, get_queue
 
 from .conftest import Env
-from .test_drain_redis_down import Proxy
+from .redis_proxy import Proxy
 
 SPACING = 1.0  # Ratchet's spacing for a pair-limited recipient (6 s in production)
 PROVIDER_WINDOW = 0.8  # the sandbox's pair limit: a little under it, as the real one is

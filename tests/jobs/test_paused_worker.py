@@ -21,14 +21,10 @@ from jobs.send import send_one
 
 from ..conftest import PG_URL, SECRET_KEY
 from .conftest import Env
+from .processes import is_stopped
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT, MARGIN, GRACE = 0.5, 0.5, 1.0  # a lease of 1.5 s
-
-
-def is_stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
 def run_paused_worker(env: Env, message_id: int, *flags: str) -> tuple[str, str]:

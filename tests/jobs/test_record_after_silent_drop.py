@@ -16,7 +16,7 @@ from app.db import Database
 from app.models import Attempt
 from jobs.send import send_one
 
-from ..test_db_checkout import ForgetfulPath, path, through
+from ..connection_faults import ForgetfulPath, path, through
 from .conftest import Env
 
 __all__ = ["path"]  # the fixture, imported for these tests

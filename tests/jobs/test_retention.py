@@ -20,17 +20,7 @@ from jobs.sweep import sweep_once
 from ..conftest import T0
 from ..factories import World, make_message, make_world
 from ..views.dashboard_world import failed_message
-
-RAW = '{"error":{"message":"(#132001) Template name does not exist in the translation"}}'
-ERROR = {
-    "provider": "whatsapp",
-    "http_status": 400,
-    "code": 132001,
-    "title": "Template name does not exist",
-    "message": "(#132001) Template name does not exist in the translation for +15551234567",
-    "raw": RAW,
-}
-LATER = T0 + timedelta(days=31)
+from .retention_world import ERROR, LATER
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from jobs.retention import Cursor, purge_content
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_world
-from ..repo.test_retention_batches import executions
+from ..sql_verbs import executions
 from ..views.dashboard_world import failed_message
-from .test_retention import ERROR, LATER
+from .retention_world import ERROR, LATER
 
 
 def more_identities(db: Database, world: World, count: int, prefix: str) -> None:

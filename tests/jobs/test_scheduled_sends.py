@@ -7,34 +7,20 @@ scheduled."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from rq import Queue
 from sqlalchemy import select
 
 from app.clock import utcnow
 from app.models import Attempt
-from jobs.drain import Drain
-from jobs.pacing import Pacer
-from jobs.queues import drain_keys, queue_name
+from jobs.queues import queue_name
 
+from ..views.api_requests import iso
 from .conftest import Env
+from .drain_runs import run_drain
 
 RATE_LIMITED_ONCE = "15550000004"  # the sandbox's 429 (Retry-After: 2) once per message
-
-
-def iso(when: datetime) -> str:
-    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def run_drain(env: Env, identity_id: int, token: str) -> str:
-    redis = env.app.extensions["ratchet.redis"]
-    config = env.config
-    pacer = Pacer(redis, config.pacing_burst, config.pacing_slowdown, config.pair_limit_wait)
-    redis.set(drain_keys(identity_id, "campaign")[0], token, px=60_000)
-    drain = Drain(env.db, env.box, config, redis, pacer, identity_id, "campaign")
-    drain.clock = env.clock
-    return drain.run(token)
 
 
 def test_a_drain_sends_a_scheduled_message_at_its_time_and_rings_itself_for_it(
@@ -46,7 +32,7 @@ def test_a_drain_sends_a_scheduled_message_at_its_time_and_rings_itself_for_it(
     message_id = env.send(number, "15557700001", lane="campaign", send_at=iso(send_at))
     env.now = send_at - timedelta(seconds=1)
 
-    run_drain(env, identity_id, "early")
+    run_drain(env, identity_id, "campaign", "early")
     assert env.accepted(number) == []
     assert env.message(message_id).status == "queued"
     # With no sweeper, the drain's own wake-up for the message's time is all there is.
@@ -56,7 +42,7 @@ def test_a_drain_sends_a_scheduled_message_at_its_time_and_rings_itself_for_it(
     assert send_at in times, times
 
     env.now = send_at  # the wake-up comes
-    run_drain(env, identity_id, "on-time")
+    run_drain(env, identity_id, "campaign", "on-time")
     assert len(env.accepted(number)) == 1
     assert env.message(message_id).status in ("sent", "delivered", "read")
 

@@ -17,17 +17,13 @@ from app.repo.give_back import Hold, record_held
 from app.repo.identities import get_identity, pause_identity, resume_identity, update_identity
 from jobs.send import send_one
 
-from ..conftest import SECRET_KEY, T0
+from ..conftest import SECRET_KEY, at
 from ..factories import make_message, make_world
 
 CONFIG = Config.from_env({}, {"secret_key": SECRET_KEY})
 LEASE = timedelta(seconds=CONFIG.lease_seconds)
 BOX = SecretBox(SECRET_KEY)
 ERROR_190 = {"provider": "whatsapp", "code": 190, "title": "Invalid OAuth access token"}
-
-
-def at(seconds: float):
-    return T0 + timedelta(seconds=seconds)
 
 
 def test_a_broken_sender_answer_to_an_attempt_claimed_before_a_resume_does_not_pause_again(

@@ -23,7 +23,7 @@ from jobs.queues import queue_name
 from jobs.sweep import sweep_once
 
 from .conftest import Env
-from .test_shards import shard_on
+from .shard_switch import shard_on
 
 LANE = "campaign"
 

@@ -35,16 +35,11 @@ from jobs.sweep import sweep_once
 
 from ..conftest import PG_URL, SECRET_KEY
 from .conftest import Env
-from .test_chaos import correlation_of, finished, start
+from .outcomes import correlation_of, finished
+from .processes import start
+from .shard_switch import shard_on
 
 LANE = "campaign"
-
-
-def shard_on(env: Env, shard_rate: float, shard_max: int = 8) -> None:
-    """Shards on for this test (the `env` fixture keeps one per lane)."""
-    config = replace(env.config, shard_rate=shard_rate, shard_max=shard_max)
-    env.app.config["RATCHET"] = config
-    env.config = config
 
 
 def shard_of_recipient(recipient: str, count: int) -> int:

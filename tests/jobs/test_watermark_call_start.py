@@ -18,8 +18,9 @@ from jobs.drain import Drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys
 
+from ..views.messenger_bodies import PSID, ms
 from .conftest import Env
-from .test_page_round_trip import PSID, customer_writes, ms, page
+from .sandbox_pages import customer_writes, page
 
 
 class SteppingClock:

@@ -24,14 +24,11 @@ from jobs.sweep import sweep_once
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_message, make_world
+from ..views.chart_traffic import at
 from ..views.dashboard_world import failed_message, sent_message
 
 NOW = T0 + timedelta(days=3, minutes=7)
 RANGES = ("day", "week")
-
-
-def at(minute: int) -> datetime:
-    return T0 + timedelta(minutes=minute)
 
 
 def deliver(

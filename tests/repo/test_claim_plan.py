@@ -32,8 +32,7 @@ from app.shards import Shard
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import make_world
-from .test_key_lookups_plan import MESSAGES, plans_of
-from .test_provider_id_lookup import rows_read
+from .plans import MESSAGES, plans_of, rows_read
 
 HISTORY = 1500  # sent before the backlog, lower ids
 BACKLOG = 1500

@@ -27,7 +27,7 @@ from app.repo.messages import NewMessage, create_message
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_message, make_world
 from ..meta import BUSINESS_ACCOUNT_ID, PHONE_NUMBER_ID, account_body, encode
-from ..views.test_webhooks_whatsapp import SECRET, deliver
+from ..whatsapp_world import SECRET, deliver
 
 CONFIG = Config.from_env({}, {"secret_key": SECRET_KEY})
 LEASE = timedelta(seconds=25)

@@ -32,7 +32,7 @@ from app.models import WebhookDelivery
 from app.repo.sql import DriverStatement
 
 from ..conftest import T0, truncate_all
-from ..test_db_checkout import terminate
+from ..connection_faults import terminate
 
 _deliveries = cast(Table, WebhookDelivery.__table__)
 

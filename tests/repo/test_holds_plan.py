@@ -16,8 +16,7 @@ from app.repo.holds import holds_for
 
 from ..conftest import T0
 from ..factories import make_world
-from .test_key_lookups_plan import MESSAGES, delivered_history, plans_of
-from .test_provider_id_lookup import rows_read
+from .plans import MESSAGES, delivered_history, plans_of, rows_read
 
 HISTORY = 3000
 

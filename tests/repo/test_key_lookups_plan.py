@@ -10,13 +10,10 @@ plans checked are those of the exact SQL and values the code sends. PostgreSQL o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from sqlalchemy import event, select, text
+from sqlalchemy import select, text
 
 from app.db import Database
 from app.models import Message, WebhookStatus
@@ -30,77 +27,10 @@ from app.repo.transitions import _fill_timestamp
 
 from ..conftest import T0
 from ..factories import make_world
-from .test_provider_id_lookup import rows_read
+from .plans import MESSAGES, STATUSES, delivered_history, plans_of, rows_read
 
 BEFORE = 300
 BURST = 1500
-
-
-@contextmanager
-def plans_of(database: Database) -> Iterator[list[tuple[str, Any]]]:
-    """(statement, its EXPLAIN ANALYZE plan) for each SELECT, UPDATE or WITH run inside."""
-    plans: list[tuple[str, Any]] = []
-
-    def before(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if not statement.lstrip().upper().startswith(("SELECT", "UPDATE", "WITH")):
-            return
-        cursor.execute("SAVEPOINT plan_check")
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", parameters)
-        plans.append((statement, cursor.fetchone()[0]))
-        cursor.execute("ROLLBACK TO SAVEPOINT plan_check")
-
-    event.listen(database.engine, "before_cursor_execute", before)
-    try:
-        yield plans
-    finally:
-        event.remove(database.engine, "before_cursor_execute", before)
-
-
-MESSAGES = text(
-    """
-    INSERT INTO messages (tenant_id, identity_id, recipient, lane, body_text, fingerprint,
-        status, cycle, provider_key_cycle, attempt, unknown_attempts, rate_limited_attempts,
-        had_unknown_outcome, provider_message_id, queued_at, sending_at, sent_at,
-        delivered_at, created_at)
-    SELECT :tenant, :identity, '1555' || lpad(n::text, 7, '0'), 'campaign', 'hello',
-        md5(n::text) || md5(n::text), :status, 1, 1, 1, 0, 0, false,
-        CASE WHEN :with_ids THEN 'wamid.' || :tag || '.' || n END, :t0, :t0, :t0,
-        :delivered_at, :t0
-    FROM generate_series(1, :count) AS n
-    """
-)
-STATUSES = text(
-    """
-    INSERT INTO webhook_statuses (delivery_id, provider, identity_id, routing_id, dedupe_key,
-        provider_message_id, status, received_at, payload, tries, applied_at, result)
-    SELECT :delivery, 'whatsapp', :identity, '106540352242922', :tag || '-' || n,
-        'wamid.' || :tag || '.' || n, 'delivered', :t0, '{}'::json, 0, :applied_at, :result
-    FROM generate_series(1, :count) AS n
-    """
-)
-
-
-def delivered_history(session: Any, common: dict[str, Any], count: int) -> int:
-    """`count` delivered messages (`wamid.old.<n>`) of the identity in `common`, each with
-    its applied status under one raw delivery; that delivery's id."""
-    delivery = session.execute(
-        text(
-            "INSERT INTO webhook_deliveries (provider, identity_id, headers, body, "
-            "received_at) VALUES ('whatsapp', :identity, '{}', '{}', :t0) RETURNING id"
-        ),
-        common,
-    ).scalar_one()
-    session.execute(
-        MESSAGES,
-        {**common, "status": "delivered", "tag": "old", "delivered_at": T0}
-        | {"with_ids": True, "count": count},
-    )
-    session.execute(
-        STATUSES,
-        {**common, "delivery": delivery, "tag": "old", "applied_at": T0}
-        | {"result": "applied", "count": count},
-    )
-    return int(delivery)
 
 
 def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(

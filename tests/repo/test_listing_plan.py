@@ -16,8 +16,7 @@ from app.repo.listing import list_messages
 
 from ..conftest import T0
 from ..factories import make_world
-from .test_key_lookups_plan import plans_of
-from .test_provider_id_lookup import rows_read
+from .plans import plans_of, rows_read
 
 HISTORY = 4000
 LIMIT = 20

@@ -9,8 +9,6 @@ PostgreSQL's."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from sqlalchemy import insert, text, update
 
@@ -22,29 +20,10 @@ from app.repo.webhook_sql_apply import match_by_provider_id
 
 from ..conftest import T0
 from ..factories import make_message, make_world
+from .plans import rows_read
 
 MESSAGES = 1500
 BACKGROUND = 300
-
-
-def rows_read(plan: dict[str, Any]) -> list[tuple[str, str, int]]:
-    """(node type, index or table, rows it read) for every scan in the plan: the rows it
-    returned and those a filter or a recheck then threw away."""
-    found = []
-    loops = int(plan.get("Actual Loops", 1))  # the row counts are per loop
-    if plan.get("Rows Removed by Join Filter"):
-        removed = int(plan["Rows Removed by Join Filter"]) * loops
-        found.append((plan["Node Type"], "join filter", removed))
-    if "Scan" in plan["Node Type"]:
-        name = plan.get("Index Name") or plan.get("Relation Name") or ""
-        read = sum(
-            int(plan.get(key, 0))
-            for key in ("Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck")
-        )
-        found.append((plan["Node Type"], name, read * loops))
-    for child in plan.get("Plans", []):
-        found += rows_read(child)
-    return found
 
 
 def with_provider_ids(db: Database, ids: list[int]) -> None:

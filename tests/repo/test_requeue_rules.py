@@ -20,14 +20,10 @@ from app.repo.inbox import IncomingStatus, store_delivery, store_statuses
 from app.repo.requeues import RequeueRefusedError, requeue_message
 from app.repo.status_apply import apply_webhook_status
 
-from ..conftest import T0
+from ..conftest import at
 from ..factories import World, make_message, make_world
 
 LEASE = timedelta(seconds=25)
-
-
-def at(seconds: float):
-    return T0 + timedelta(seconds=seconds)
 
 
 def claim(database: Database, message_id: int, when) -> Claim:

@@ -3,18 +3,14 @@ values share one UPDATE (app/repo/retention.py `_update_grouped`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any
-
-from sqlalchemy import event
 
 from app.db import Database
 from app.repo.retention import Cutoff, purge_messages
 
 from ..conftest import T0
 from ..factories import make_world
+from ..sql_verbs import executions
 from ..views.dashboard_world import failed_message
 
 ERROR = {
@@ -25,22 +21,6 @@ ERROR = {
     "message": "(#132001) Template name does not exist in the translation for +15551234567",
     "raw": '{"error":{"message":"(#132001) Template name does not exist"}}',
 }
-
-
-@contextmanager
-def executions(database: Database) -> Iterator[list[str]]:
-    """Every statement the database runs inside: an executemany counts once per row."""
-    ran: list[str] = []
-
-    def before(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        rows = len(parameters) if isinstance(parameters, list) else 1
-        ran.extend([" ".join(statement.split())[:60]] * rows)
-
-    event.listen(database.engine, "before_cursor_execute", before)
-    try:
-        yield ran
-    finally:
-        event.remove(database.engine, "before_cursor_execute", before)
 
 
 def test_a_batch_costs_the_same_few_statements_for_five_rows_or_forty(db: Database) -> None:

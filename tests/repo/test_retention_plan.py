@@ -5,46 +5,20 @@ statements run once more under EXPLAIN ANALYZE (`plans_of`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from app.db import Database
 from app.repo.retention import Cutoff, purge_deliveries, purge_messages
 
 from ..conftest import T0
 from ..factories import make_world
-from .test_provider_id_lookup import rows_read
+from .plans import plans_of, rows_read
 
-
-@contextmanager
-def plans_of(database: Database) -> Iterator[list[tuple[str, Any]]]:
-    """(statement, its EXPLAIN ANALYZE plan) for each SELECT or UPDATE run inside; an
-    executemany's plan is that of its first parameters (`test_key_lookups_plan.plans_of`
-    takes single executions only)."""
-    plans: list[tuple[str, Any]] = []
-
-    def before(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if not statement.lstrip().upper().startswith(("SELECT", "UPDATE")):
-            return
-        if isinstance(parameters, list | tuple) and parameters and isinstance(parameters[0], dict):
-            parameters = parameters[0]
-        cursor.execute("SAVEPOINT plan_check")
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", parameters)
-        plans.append((statement, cursor.fetchone()[0]))
-        cursor.execute("ROLLBACK TO SAVEPOINT plan_check")
-
-    event.listen(database.engine, "before_cursor_execute", before)
-    try:
-        yield plans
-    finally:
-        event.remove(database.engine, "before_cursor_execute", before)
-
-
+# The statements whose plans this test reads: SELECT and UPDATE (not WITH).
+KINDS = ("SELECT", "UPDATE")
 DONE = 20_000  # purged before (enough rows that an index beats a scan)
 LEFT = 500  # still to purge
 BATCH = 50
@@ -143,7 +117,7 @@ def test_a_purge_batch_reads_about_a_batch_of_rows(db: Database) -> None:
             session.execute(text(f"ANALYZE {table}"))
 
     cutoff = Cutoff(world.tenant_id, T0 - timedelta(days=30))
-    with plans_of(db) as plans, db.transaction() as session:
+    with plans_of(db, KINDS) as plans, db.transaction() as session:
         assert purge_messages(session, cutoff, T0, BATCH) == BATCH
         assert purge_deliveries(session, world.identity_id, cutoff.before, T0, BATCH) == BATCH
     assert plans

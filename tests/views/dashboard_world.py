@@ -26,6 +26,7 @@ LEASE = timedelta(seconds=25)
 PASSWORD = "correct horse battery staple"
 # What the dashboard's clock reads in these tests: ten minutes after the messages were made.
 NOW = T0 + timedelta(minutes=10)
+HTMX = {"HX-Request": "true"}  # the header htmx sends with its requests
 
 
 class Clock:

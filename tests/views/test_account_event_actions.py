@@ -5,28 +5,23 @@ account pauses its identities with Meta's words; quality changes reach the ident
 
 from __future__ import annotations
 
-import itertools
-from datetime import timedelta
-
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from app.db import Database
-from app.models import Identity, Message, MessageEvent, ProviderEvent
-from app.repo.claims import claim_batch, claim_message
+from app.models import Identity, ProviderEvent
+from app.repo.claims import claim_message
 from app.repo.identity_page import identity_rows
 from app.repo.messages import NewMessage, create_message
 
 from ..conftest import T0
 from ..factories import World, make_message, make_world
+from ..factories import message as row
 from ..meta import BUSINESS_ACCOUNT_ID, PHONE_NUMBER_ID, account_body, encode
-from .test_webhooks_whatsapp import SECRET, deliver
-
-LEASE = timedelta(seconds=25)
-NOW = T0 + timedelta(minutes=5)
-TEMPLATE = {"name": "order_update", "language": "en_US"}
+from ..whatsapp_world import SECRET, deliver
+from .account_events import LEASE, NOW, _Undo, claimable_ids, kinds, templated
 
 
 @pytest.fixture
@@ -39,63 +34,6 @@ def world(db: Database) -> World:
 @pytest.fixture
 def client(app: Flask) -> FlaskClient:
     return app.test_client()
-
-
-_recipients = itertools.count(15550000001)
-
-
-def templated(db: Database, world: World, template: dict[str, str] = TEMPLATE) -> int:
-    """A campaign message using `template`, each to its own recipient (a conversation's
-    messages go in order: one held would keep the next waiting too)."""
-    with db.transaction() as session:
-        message, _ = create_message(
-            session,
-            NewMessage(
-                tenant_id=world.tenant_id,
-                identity_id=world.identity_id,
-                recipient=str(next(_recipients)),
-                lane="campaign",
-                fingerprint="f" * 64,
-                template=dict(template),
-            ),
-            T0,
-        )
-        return message.id
-
-
-class _Undo(Exception):
-    pass
-
-
-def claimable_ids(db: Database, world: World) -> list[int]:
-    """What a drain's claim takes now (rolled back: nothing is really claimed)."""
-    found: list[int] = []
-    try:
-        with db.transaction() as session:
-            claims = claim_batch(session, world.identity_id, "campaign", 50, NOW, LEASE)
-            found = sorted(claim.message_id for claim in claims)
-            raise _Undo
-    except _Undo:
-        pass
-    return found
-
-
-def kinds(db: Database, message_id: int) -> list[str]:
-    with db.transaction() as session:
-        return list(
-            session.scalars(
-                select(MessageEvent.kind)
-                .where(MessageEvent.message_id == message_id)
-                .order_by(MessageEvent.id)
-            )
-        )
-
-
-def row(db: Database, message_id: int) -> Message:
-    with db.transaction() as session:
-        found = session.get(Message, message_id, populate_existing=True)
-        assert found is not None
-        return found
 
 
 def send_event(client: FlaskClient, name: str, **value: object) -> dict[str, object]:

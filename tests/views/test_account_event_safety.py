@@ -25,8 +25,9 @@ from app.repo.provider_events import learn_business_accounts
 from tests.conftest import SECRET_KEY, T0
 from tests.meta import BUSINESS_ACCOUNT_ID, account_body, encode, sign
 
+from ..factories import message as row
+from .account_events import LEASE, claimable_ids, kinds, templated
 from .dashboard_world import Tenants, make_staff, make_tenants, page_token, sign_in, use_clock
-from .test_account_event_actions import LEASE, claimable_ids, kinds, row, templated
 
 pytestmark = pytest.mark.usefixtures("one_user_per_request")
 

@@ -10,7 +10,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from redis import Redis
 from rq import Queue, SimpleWorker
-from sqlalchemy import func, select, text
+from sqlalchemy import text
 
 from app.db import Database
 from app.models import Message
@@ -19,30 +19,9 @@ from jobs.queues import queue_name
 
 from ..conftest import make_app
 from ..factories import World, make_world
+from .api_requests import body, client, count_messages, post, world
 
-
-@pytest.fixture
-def world(db: Database) -> World:
-    return make_world(db)
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
-
-
-def post(client: FlaskClient, world: World, body: object, **headers: str):
-    headers = {"Authorization": f"Bearer {world.api_key}", **headers}
-    return client.post("/v1/messages", json=body, headers=headers)
-
-
-def body(world: World, **extra: object) -> dict[str, object]:
-    return {"identity_id": world.identity_id, "to": "+15551234567", "text": "hi", **extra}
-
-
-def count_messages(db: Database) -> int:
-    with db.transaction() as session:
-        return session.scalar(select(func.count()).select_from(Message)) or 0
+__all__ = ["client", "world"]  # the fixtures, imported for these tests
 
 
 def test_a_new_key_creates_a_queued_message(client: FlaskClient, world: World) -> None:

@@ -14,8 +14,9 @@ from app.repo.identity_validity import set_default_validity
 from app.repo.windows import open_window
 
 from ..factories import World
-from .test_api import body, client, count_messages, post, world  # noqa: F401
-from .test_api_schedule import iso
+from .api_requests import body, client, count_messages, iso, post, world
+
+__all__ = ["client", "world"]  # the fixtures, imported for these tests
 
 
 def set_defaults(db: Database, of: World, **seconds: int | None) -> None:
@@ -44,8 +45,8 @@ def sent(api: FlaskClient, of: World, **extra: object) -> dict[str, object]:
 
 
 def test_each_lane_takes_its_identitys_default(
-    client: FlaskClient,  # noqa: F811
-    world: World,  # noqa: F811
+    client: FlaskClient,
+    world: World,
     db: Database,
 ) -> None:
     set_defaults(db, world, reply=600, campaign=86400)
@@ -63,8 +64,8 @@ def test_each_lane_takes_its_identitys_default(
 
 
 def test_a_lane_without_a_default_has_no_limit(
-    client: FlaskClient,  # noqa: F811
-    world: World,  # noqa: F811
+    client: FlaskClient,
+    world: World,
     db: Database,
 ) -> None:
     set_defaults(db, world, reply=600)
@@ -74,8 +75,8 @@ def test_a_lane_without_a_default_has_no_limit(
 
 
 def test_an_explicit_validity_wins_longer_or_shorter(
-    client: FlaskClient,  # noqa: F811
-    world: World,  # noqa: F811
+    client: FlaskClient,
+    world: World,
     db: Database,
 ) -> None:
     set_defaults(db, world, reply=600, campaign=600)
@@ -87,8 +88,8 @@ def test_an_explicit_validity_wins_longer_or_shorter(
 
 
 def test_the_default_counts_from_send_at(
-    client: FlaskClient,  # noqa: F811
-    world: World,  # noqa: F811
+    client: FlaskClient,
+    world: World,
     db: Database,
 ) -> None:
     set_defaults(db, world, campaign=86400)
@@ -99,8 +100,8 @@ def test_the_default_counts_from_send_at(
 
 
 def test_a_retry_after_the_default_changed_returns_the_stored_message(
-    client: FlaskClient,  # noqa: F811
-    world: World,  # noqa: F811
+    client: FlaskClient,
+    world: World,
     db: Database,
 ) -> None:
     """The fingerprint covers what the caller sent, not the default: the same request is
@@ -115,8 +116,8 @@ def test_a_retry_after_the_default_changed_returns_the_stored_message(
 
 
 def test_bad_validities_are_refused_whatever_the_default(
-    client: FlaskClient,  # noqa: F811
-    world: World,  # noqa: F811
+    client: FlaskClient,
+    world: World,
     db: Database,
 ) -> None:
     set_defaults(db, world, reply=600, campaign=600)
@@ -128,8 +129,8 @@ def test_bad_validities_are_refused_whatever_the_default(
 
 
 def test_a_null_validity_is_one_not_given_and_takes_the_default(
-    client: FlaskClient,  # noqa: F811
-    world: World,  # noqa: F811
+    client: FlaskClient,
+    world: World,
     db: Database,
 ) -> None:
     set_defaults(db, world, reply=600)

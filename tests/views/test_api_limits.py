@@ -8,15 +8,15 @@ from collections.abc import Iterator
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import func, select
 
 from app.db import Database
-from app.models import Message
 from app.repo.tenant_settings import SettingsError, TenantSettings, set_tenant_settings
 from app.views.keycache import tenant_for_key
 
 from ..conftest import T0, make_app
 from ..factories import World, make_message, make_world
+from .api_requests import count_messages as stored
+from .tenant_limits import get, limit, post
 
 
 @pytest.fixture
@@ -27,34 +27,6 @@ def world(db: Database) -> World:
 @pytest.fixture
 def client(app: Flask) -> FlaskClient:
     return app.test_client()
-
-
-def limit(
-    db: Database, world: World, *, rate: float | None = None, waiting: int | None = None
-) -> None:
-    with db.transaction() as session:
-        set_tenant_settings(
-            session, world.tenant_id, TenantSettings(rate, waiting, 30), actor="test", now=T0
-        )
-
-
-def post(client: FlaskClient, world: World, key: str | None = None):
-    body: dict[str, object] = {"identity_id": world.identity_id, "to": "+15551234567"}
-    body["text"] = "hi"
-    if key:
-        body["idempotency_key"] = key
-    return client.post(
-        "/v1/messages", json=body, headers={"Authorization": f"Bearer {world.api_key}"}
-    )
-
-
-def get(client: FlaskClient, world: World):
-    return client.get("/v1/messages", headers={"Authorization": f"Bearer {world.api_key}"})
-
-
-def stored(db: Database) -> int:
-    with db.transaction() as session:
-        return session.scalar(select(func.count()).select_from(Message)) or 0
 
 
 def test_past_the_rate_a_request_is_429_naming_the_limit_and_nothing_is_stored(

@@ -4,7 +4,7 @@ answered; the idempotency key's fingerprint covers them; the OpenAPI document ha
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from flask import Flask
@@ -13,11 +13,9 @@ from flask.testing import FlaskClient
 from app.clock import utcnow
 from app.db import Database
 
-from .test_api import body, client, count_messages, post, world  # noqa: F401
+from .api_requests import body, client, count_messages, iso, post, world
 
-
-def iso(when: datetime) -> str:
-    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+__all__ = ["client", "world"]  # the fixtures, imported for these tests
 
 
 @pytest.mark.parametrize(
@@ -43,8 +41,8 @@ def iso(when: datetime) -> str:
     ],
 )
 def test_bad_times_are_a_json_400_naming_the_field_and_store_nothing(
-    client: FlaskClient,  # noqa: F811
-    world,  # noqa: F811
+    client: FlaskClient,
+    world,
     db: Database,
     extra: dict[str, object],
     field: str,
@@ -68,8 +66,8 @@ def test_bad_times_are_a_json_400_naming_the_field_and_store_nothing(
 
 
 def test_a_scheduled_expiring_message_is_stored_and_answered(
-    client: FlaskClient,  # noqa: F811
-    world,  # noqa: F811
+    client: FlaskClient,
+    world,
 ) -> None:
     send_at = (utcnow() + timedelta(days=2)).replace(microsecond=0)
     response = post(client, world, body(world, send_at=iso(send_at), valid_for=600))
@@ -84,8 +82,8 @@ def test_a_scheduled_expiring_message_is_stored_and_answered(
 
 
 def test_the_same_key_with_another_send_at_is_another_request(
-    client: FlaskClient,  # noqa: F811
-    world,  # noqa: F811
+    client: FlaskClient,
+    world,
 ) -> None:
     send_at = utcnow() + timedelta(days=1)
     first = post(client, world, body(world, idempotency_key="k-1", send_at=iso(send_at)))

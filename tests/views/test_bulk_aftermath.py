@@ -9,14 +9,8 @@ from flask import Flask
 from app.db import Database
 from app.models import Message
 
-from .dashboard_world import NOW, Tenants, client_for
-from .test_dashboard_bulk import (
-    HTMX,
-    confirm,
-    exhausted,
-    preview,
-    work_one_campaign_job,
-)
+from .bulk_requeue import confirm, exhausted, preview, work_one_campaign_job
+from .dashboard_world import HTMX, NOW, Tenants, client_for
 
 pytestmark = pytest.mark.usefixtures("one_user_per_request")
 

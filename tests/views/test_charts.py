@@ -3,48 +3,22 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import update
 
 from app import migrate
 from app.correlation import derive_key
 from app.db import Database
-from app.models import Message
 from app.repo.charts import read_series
 
-from ..conftest import SECRET_KEY, T0
-from ..factories import World, make_message, make_world
-from .dashboard_world import (
-    NOW,
-    Tenants,
-    failed_message,
-    make_staff,
-    sent_message,
-    sign_in,
-    use_clock,
-)
-
-
-def at(minute: int) -> datetime:
-    return T0 + timedelta(minutes=minute)
-
-
-def an_hour_of_traffic(database: Database, world: World) -> None:
-    """12:02 three sends (two delivered at 12:03, one of them read at 12:04), 12:05 one,
-    12:06 one failure, and two messages queued at 12:01 and 12:08 that no worker took."""
-    sends = [sent_message(database, world, f"wamid.{n}", minute=2) for n in range(3)]
-    sent_message(database, world, "wamid.late", minute=5)
-    with database.transaction() as session:
-        session.execute(update(Message).where(Message.id.in_(sends[:2])).values(delivered_at=at(3)))
-        session.execute(update(Message).where(Message.id == sends[0]).values(read_at=at(4)))
-    failed_message(database, world, minute=6)
-    make_message(database, world, now=at(1))
-    make_message(database, world, now=at(8))
+from ..conftest import SECRET_KEY
+from ..factories import World, make_world
+from .chart_traffic import an_hour_of_traffic, at
+from .dashboard_world import NOW, Tenants, make_staff, sign_in, use_clock
 
 
 def assert_the_hour(database: Database, world: World) -> None:

@@ -11,7 +11,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from redis import Redis
-from rq import Queue, SimpleWorker
+from rq import Queue
 from sqlalchemy import select
 
 from app.db import Database
@@ -21,19 +21,10 @@ from jobs.queues import queue_name
 from jobs.sweep import sweep_once
 
 from ..factories import make_message
-from .dashboard_world import (
-    NOW,
-    Tenants,
-    client_for,
-    csrf_token,
-    failed_message,
-    page_token,
-)
+from .bulk_requeue import confirm, exhausted, preview, work_one_campaign_job
+from .dashboard_world import HTMX, NOW, Tenants, client_for, csrf_token, failed_message, page_token
 
 pytestmark = pytest.mark.usefixtures("one_user_per_request")
-
-EXHAUSTED = {"provider": "whatsapp", "code": 131000, "title": "Something went wrong"}
-HTMX = {"HX-Request": "true"}
 
 
 @pytest.fixture
@@ -46,55 +37,11 @@ def viewer(app: Flask, db: Database, tenants: Tenants) -> FlaskClient:
     return client_for(app, db, "look@acme.test", "viewer", tenants.acme.tenant_id)
 
 
-def exhausted(db: Database, world: object, minute: int = 0) -> int:
-    return failed_message(
-        db,
-        world,  # type: ignore[arg-type]
-        failure_class="exhausted",
-        error=EXHAUSTED,
-        had_unknown=True,
-        minute=minute,
-    )
-
-
-def preview(client: FlaskClient, **filters: str) -> tuple[int, str]:
-    token = page_token(client, "/dead-letters")
-    response = client.post("/dead-letters/bulk-requeue", data={"csrf_token": token, **filters})
-    assert response.status_code == 302, response.get_data(as_text=True)
-    found = re.search(r"/bulk/(\d+)", response.headers["Location"])
-    assert found
-    plan_id = int(found.group(1))
-    return plan_id, client.get(f"/bulk/{plan_id}").get_data(as_text=True)
-
-
-def confirm(client: FlaskClient, plan_id: int, groups: list[str], **form: str) -> str:
-    token = page_token(client, f"/bulk/{plan_id}")
-    response = client.post(
-        f"/bulk/{plan_id}/confirm",
-        data={"csrf_token": token, "group": groups, **form},
-        follow_redirects=True,
-    )
-    assert response.status_code == 200
-    return response.get_data(as_text=True)
-
-
 def status_of(db: Database, message_id: int) -> str:
     with db.transaction() as session:
         message = session.get(Message, message_id, populate_existing=True)
         assert message is not None
         return message.status
-
-
-def work_one_campaign_job(redis_url: str) -> None:
-    """Run exactly the job the confirmation rang (not the drains it rings in turn)."""
-    connection = Redis.from_url(redis_url)
-    try:
-        worker = SimpleWorker(
-            [Queue(queue_name("campaign"), connection=connection)], connection=connection
-        )
-        worker.work(burst=True, max_jobs=1)
-    finally:
-        connection.close()
 
 
 def test_an_operator_reads_the_count_and_breakdown_confirms_and_the_campaign_lane_runs_it(

@@ -18,6 +18,7 @@ from app.repo.failures import record_failed
 from app.repo.requeues import requeue_message
 
 from .dashboard_world import (
+    HTMX,
     LEASE,
     NOW,
     Tenants,
@@ -29,8 +30,6 @@ from .dashboard_world import (
     sign_in,
     use_clock,
 )
-
-HTMX = {"HX-Request": "true"}
 
 
 @pytest.fixture

@@ -7,42 +7,16 @@ from __future__ import annotations
 import re
 
 import pytest
-from flask import Flask, g
+from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from app.crypto import check_password
 from app.db import Database
-from app.models import AuditEntry, Staff
+from app.models import Staff
 
-from .dashboard_world import (
-    PASSWORD,
-    Tenants,
-    csrf_token,
-    make_staff,
-    page_token,
-    use_clock,
-)
-
-
-def as_(client: FlaskClient) -> FlaskClient:
-    """The tests share one app context, and Flask-Login and Flask-WTF cache the user and
-    the CSRF token in `g`: forget them before another client's request, as a new request
-    in production would."""
-    g.pop("_login_user", None)
-    g.pop("csrf_token", None)
-    return client
-
-
-def signed_in(app: Flask, email: str) -> FlaskClient:
-    client = app.test_client()
-    as_(client)
-    page = client.get("/sign-in").get_data(as_text=True)
-    answer = client.post(
-        "/sign-in", data={"email": email, "password": PASSWORD, "csrf_token": csrf_token(page)}
-    )
-    assert answer.status_code == 302, answer.get_data(as_text=True)
-    return client
+from .dashboard_world import PASSWORD, Tenants, csrf_token, make_staff, page_token, use_clock
+from .staff_sessions import as_, audits, post, signed_in
 
 
 @pytest.fixture
@@ -52,29 +26,12 @@ def admin(app: Flask, db: Database, tenants: Tenants) -> FlaskClient:
     return signed_in(app, "admin@acme.test")
 
 
-def post(client: FlaskClient, path: str, **form: str) -> tuple[int, str]:
-    as_(client)
-    token = page_token(client, "/")
-    as_(client)
-    answer = client.post(path, data={"csrf_token": token, **form}, follow_redirects=True)
-    return answer.status_code, answer.get_data(as_text=True)
-
-
 def staff_row(db: Database, email: str) -> Staff | None:
     with db.transaction() as session:
         found = session.scalars(select(Staff).where(Staff.email == email)).one_or_none()
         if found is not None:
             session.expunge(found)
         return found
-
-
-def audits(db: Database, action: str) -> list[AuditEntry]:
-    with db.transaction() as session:
-        return list(
-            session.scalars(
-                select(AuditEntry).where(AuditEntry.action == action).order_by(AuditEntry.id)
-            )
-        )
 
 
 def shown_password(page: str) -> str:

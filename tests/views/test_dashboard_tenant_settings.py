@@ -11,7 +11,7 @@ from app.db import Database
 from app.models import Tenant
 
 from .dashboard_world import Tenants, make_staff, use_clock
-from .test_dashboard_staff import as_, audits, post, signed_in
+from .staff_sessions import as_, audits, post, signed_in
 
 
 @pytest.fixture

@@ -13,9 +13,10 @@ from app.db import Database
 from app.models import Message, WebhookDelivery
 from app.sendrequest import RequestError, normalise_recipient
 
-from ..factories import World, make_world
+from ..conftest import at
+from ..factories import World, make_world, message
 from ..meta import PHONE_NUMBER_ID, encode, sign, status, status_body
-from .test_webhooks_whatsapp import at, message, sent_message
+from ..whatsapp_world import sent_message
 
 # Both fit in 64 KiB, so only the parser can refuse them.
 DEEP = b'{"identity_id": 1, "to": "15551234567", "text": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"

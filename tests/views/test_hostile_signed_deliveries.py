@@ -11,9 +11,10 @@ from sqlalchemy import func, select
 from app.db import Database
 from app.models import Message, WebhookDelivery
 
+from ..conftest import at
 from ..factories import World, make_world
 from ..meta import PHONE_NUMBER_ID, encode, sign, status, status_body
-from .test_webhooks_whatsapp import at, sent_message
+from ..whatsapp_world import sent_message
 
 SECRET = "meta-app-secret"
 

@@ -13,7 +13,8 @@ from app.db import Database
 from app.views.keycache import CACHE
 
 from ..factories import World, make_world
-from .test_api_limits import get, limit, post, stored
+from .api_requests import count_messages as stored
+from .tenant_limits import get, limit, post
 
 
 @pytest.fixture

@@ -12,10 +12,11 @@ from flask.testing import FlaskClient
 
 from app.db import Database
 
-from ..conftest import METRICS_AUTH
+from ..conftest import METRICS_AUTH, at
+from ..factories import message
 from ..meta import encode, sign, status, status_body
+from ..whatsapp_world import sent_message
 from .dashboard_world import Tenants, make_staff, sign_in, use_clock
-from .test_webhooks_whatsapp import at, message, sent_message
 
 pytestmark = pytest.mark.usefixtures("one_user_per_request")
 

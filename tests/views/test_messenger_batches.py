@@ -21,21 +21,13 @@ from jobs.sweep import sweep_once
 
 from ..conftest import T0
 from ..factories import World, make_message
-from .test_webhooks_messenger import (  # noqa: F401
-    PAGE,
-    PSID,
-    Ratchet,
-    delivery,
-    fixture,
-    ms,
-    page,
-    ratchet,
-)
+from .messenger_bodies import PAGE, PSID, delivery, fixture, ms
+from .messenger_server import Ratchet
 
 
 def test_a_checkbox_opt_in_beside_a_delivery_receipt_does_not_lose_the_receipt(
-    ratchet: Ratchet,  # noqa: F811
-    page: World,  # noqa: F811
+    ratchet: Ratchet,
+    page: World,
 ) -> None:
     message_id = ratchet.sent(page, PSID, T0, "m_one")
     body = delivery(mids=["m_one"], watermark=ms(T0) + 5000)
@@ -69,8 +61,8 @@ def test_a_checkbox_opt_in_beside_a_delivery_receipt_does_not_lose_the_receipt(
     "with no provider id yet could mark delivered a send that then fails.",
 )
 def test_a_delivery_watermark_that_beats_the_send_answer_is_not_lost(
-    ratchet: Ratchet,  # noqa: F811
-    page: World,  # noqa: F811
+    ratchet: Ratchet,
+    page: World,
 ) -> None:
     """DESIGN section 6: "A status that arrives before the send response recorded the
     provider id is parked and applied when the id is recorded; the two must not miss each
@@ -105,8 +97,8 @@ def test_a_delivery_watermark_that_beats_the_send_answer_is_not_lost(
 
 @pytest.mark.parametrize("opt_in", [False, True])  # False: the control, which passes
 def test_an_echo_answering_an_unknown_outcome_beside_an_opt_in_still_stops_the_retry(
-    ratchet: Ratchet,  # noqa: F811
-    page: World,  # noqa: F811
+    ratchet: Ratchet,
+    page: World,
     opt_in: bool,
 ) -> None:
     """The same loss, where it costs a double text: the echo (Meta's `sent`, carrying our

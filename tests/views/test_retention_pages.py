@@ -12,7 +12,7 @@ from jobs.retention import purge_content
 
 from ..conftest import T0
 from .dashboard_world import failed_message, make_staff, make_tenants, use_clock
-from .test_dashboard_staff import as_, signed_in
+from .staff_sessions import as_, signed_in
 
 PURGED_AT = T0 + timedelta(days=31)
 

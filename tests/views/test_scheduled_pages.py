@@ -11,7 +11,7 @@ from app.clock import utcnow
 from app.db import Database
 
 from .dashboard_world import make_staff, make_tenants
-from .test_dashboard_staff import as_, signed_in
+from .staff_sessions import as_, signed_in
 
 
 def test_a_scheduled_message_says_when_on_its_page_and_can_be_canceled_until_then(

@@ -22,10 +22,11 @@ from app.db import Database
 from app.models import Message, WebhookDelivery, WebhookStatus
 from jobs.sweep import sweep_once
 
+from ..conftest import at
 from ..factories import make_world
 from ..meta import PHONE_NUMBER_ID, encode, sign, status, status_body
-from . import test_webhooks_twilio as tw
-from .test_webhooks_whatsapp import SECRET, at, deliver, sent_message
+from ..whatsapp_world import SECRET, deliver, sent_message
+from . import twilio_world as tw
 
 
 @pytest.fixture

@@ -26,10 +26,11 @@ from app.views.webhook_record import (
     remembered_routing,
 )
 
+from ..conftest import at
 from ..factories import World, make_world
 from ..meta import PHONE_NUMBER_ID, encode, sign, status, status_body
-from ..test_reconcile_fast_path import statements
-from .test_webhooks_whatsapp import SECRET, at, sent_message, set_app_secret
+from ..sql_verbs import statements
+from ..whatsapp_world import SECRET, sent_message, set_app_secret
 
 
 @pytest.fixture

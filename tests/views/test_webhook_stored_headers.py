@@ -17,14 +17,7 @@ from app.models import WebhookDelivery
 from ..conftest import T0
 from ..factories import make_world
 from ..meta import PHONE_NUMBER_ID, encode, sign, status, status_body
-from .test_webhooks_twilio import (
-    PUBLIC,
-    TOKEN,
-    fixture,
-    make_twilio_world,
-    path_of,
-    sent_message,
-)
+from .twilio_world import PUBLIC, TOKEN, fixture, make_twilio_world, path_of, sent_message
 
 STRAY = {
     "Cookie": "session=stolen-session-cookie",

@@ -18,8 +18,8 @@ from app.db import Database
 from app.models import Identity, ProviderEvent, WebhookDelivery
 from app.repo.identities import update_identity
 
-from ..conftest import SECRET_KEY, T0
-from ..factories import World, make_world
+from ..conftest import SECRET_KEY, T0, at
+from ..factories import World, make_world, message
 from ..meta import (
     BUSINESS_ACCOUNT_ID,
     PHONE_NUMBER_ID,
@@ -29,8 +29,7 @@ from ..meta import (
     status,
     status_body,
 )
-from .test_webhooks_unknown_numbers import UNKNOWN
-from .test_webhooks_whatsapp import SECRET, at, deliver, message, sent_message
+from ..whatsapp_world import SECRET, UNKNOWN, deliver, sent_message
 
 # Real bodies other people wrote down (SDK fixtures, Meta's examples), each with its source:
 # the WhatsApp and Messenger entries of a shared corpus of real payloads.

@@ -8,161 +8,23 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import hmac
 import json
-import threading
-from collections.abc import Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-import httpx
-import pytest
-from flask import Flask
-from sqlalchemy import func, select
-from werkzeug.serving import make_server
+from sqlalchemy import select
 
-from app.db import Database
-from app.models import ConversationWindow, Message, MessageEvent, WebhookDelivery
-from app.repo.acceptance import record_accepted
+from app.models import ConversationWindow, Message, WebhookDelivery
 from app.repo.attempts import start_attempt
 from app.repo.claims import claim_message
-from app.repo.watermarks import stamp_call_start
 
-from ..conftest import T0, make_app
+from ..conftest import T0
 from ..factories import World, make_message, make_world
+from .messenger_bodies import IG, PAGE, PSID, SECRET, delivery, fixture, ms, sign
+from .messenger_server import LEASE, Ratchet
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "messenger"
-PAGE = "1067280970047460"
 OTHER_PAGE = "1067280970047461"
-IG = "17841400000000001"
-PSID = "1254477777772919"
 OTHER_PSID = "1254477777772920"
-SECRET = "page-app-secret"
-LEASE = timedelta(seconds=25)
-
-
-def fixture(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
-    return data
-
-
-def sign(raw: bytes, secret: str = SECRET) -> str:
-    return "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
-
-
-def ms(at: datetime) -> int:
-    return int(at.timestamp() * 1000)
-
-
-class Ratchet:
-    """The app served over HTTP on a free port, with real commits."""
-
-    def __init__(self, url: str, db: Database) -> None:
-        self.url = url
-        self.db = db
-        self.http = httpx.Client(timeout=10)
-
-    def post(
-        self,
-        body: dict[str, Any] | bytes,
-        secret: str = SECRET,
-        *,
-        signature: str | None = None,
-        signed: bool = True,
-    ) -> httpx.Response:
-        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if signed:
-            headers["X-Hub-Signature-256"] = signature or sign(raw, secret)
-        return self.http.post(f"{self.url}/webhooks/messenger", content=raw, headers=headers)
-
-    def sent(self, world: World, recipient: str, started: datetime, mid: str) -> int:
-        """A message to `recipient` whose send request started at `started`, accepted as `mid`:
-        claimed 3.5 s before its call started (a batch queued behind busy call threads)."""
-        message_id = make_message(self.db, world, recipient=recipient)
-        claimed_at = started - timedelta(seconds=3.5)
-        with self.db.transaction() as session:
-            claim = claim_message(session, message_id, claimed_at, LEASE)
-            assert claim is not None
-            start_attempt(session, claim, f"key-{message_id}", claimed_at)
-        with self.db.transaction() as session:
-            stamp_call_start(session, claim, "messenger", started)
-            record_accepted(
-                session,
-                claim,
-                mid,
-                started + timedelta(milliseconds=200),
-                unknown_attempts=0,
-                had_unknown=False,
-            )
-        return message_id
-
-    def status(self, message_id: int) -> str:
-        with self.db.transaction() as session:
-            row = session.get(Message, message_id, populate_existing=True)
-            assert row is not None
-            return row.status
-
-    def count(self, model: type) -> int:
-        with self.db.transaction() as session:
-            return int(session.scalar(select(func.count()).select_from(model)) or 0)
-
-    def applied_events(self, message_id: int) -> list[str]:
-        with self.db.transaction() as session:
-            rows = session.scalars(
-                select(MessageEvent)
-                .where(
-                    MessageEvent.message_id == message_id,
-                    MessageEvent.source == "webhook",
-                    MessageEvent.applied.is_(True),
-                )
-                .order_by(MessageEvent.id)
-            )
-            return [row.kind for row in rows]
-
-
-@pytest.fixture
-def ratchet(pg_url: str, redis_url: str, committed_db: Database) -> Iterator[Ratchet]:
-    app: Flask = make_app(pg_url, redis_url)
-    app.extensions["ratchet.db"].dispose()
-    app.extensions["ratchet.db"] = committed_db
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    client = Ratchet(f"http://127.0.0.1:{server.port}", committed_db)
-    with app.app_context():
-        yield client
-    client.http.close()
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
-    app.extensions["ratchet.redis"].close()
-
-
-@pytest.fixture
-def page(ratchet: Ratchet) -> World:
-    return make_world(
-        ratchet.db,
-        provider="messenger",
-        account_id=PAGE,
-        app_secret=SECRET,
-        verify_token="page-vt",
-    )
-
-
-def delivery(
-    *, mids: list[str] | None, watermark: int, page_id: str = PAGE, psid: str = PSID
-) -> dict[str, Any]:
-    body = fixture("delivery_with_mids" if mids is not None else "delivery_watermark_only")
-    entry = body["entry"][0]
-    entry["id"] = page_id
-    event = entry["messaging"][0]
-    event["sender"]["id"], event["recipient"]["id"] = psid, page_id
-    event["delivery"]["watermark"] = watermark
-    if mids is not None:
-        event["delivery"]["mids"] = mids
-    return body
 
 
 def read(*, watermark: int, page_id: str = PAGE, psid: str = PSID) -> dict[str, Any]:

@@ -20,17 +20,8 @@ from app.repo.watermarks import stamp_call_start
 
 from ..conftest import T0
 from ..factories import World, make_message, make_world
-from .test_webhooks_messenger import (  # noqa: F401
-    IG,
-    LEASE,
-    PAGE,
-    PSID,
-    SECRET,
-    Ratchet,
-    fixture,
-    page,
-    ratchet,
-)
+from .messenger_bodies import IG, PAGE, PSID, SECRET, fixture
+from .messenger_server import LEASE, Ratchet
 
 IGSID = "6230000000000001"
 
@@ -42,14 +33,14 @@ def windows(client: Ratchet) -> list[tuple[int, str]]:
 
 
 @pytest.fixture
-def instagram(ratchet: Ratchet) -> World:  # noqa: F811
+def instagram(ratchet: Ratchet) -> World:
     return make_world(ratchet.db, name="ig", provider="instagram", account_id=IG, app_secret=SECRET)
 
 
 @pytest.mark.parametrize("name", ["postback", "referral", "reaction"])
 def test_a_tapped_button_a_link_into_the_thread_or_a_reaction_opens_the_window(
-    ratchet: Ratchet,  # noqa: F811
-    page: World,  # noqa: F811
+    ratchet: Ratchet,
+    page: World,
     name: str,
 ) -> None:
     answer = ratchet.post(fixture(name))
@@ -59,8 +50,8 @@ def test_a_tapped_button_a_link_into_the_thread_or_a_reaction_opens_the_window(
 
 
 def test_an_opt_in_without_a_sender_opens_nothing_and_is_still_acknowledged(
-    ratchet: Ratchet,  # noqa: F811
-    page: World,  # noqa: F811
+    ratchet: Ratchet,
+    page: World,
 ) -> None:
     answer = ratchet.post(fixture("optin_user_ref"))
     assert answer.status_code == 200, answer.text
@@ -68,7 +59,7 @@ def test_an_opt_in_without_a_sender_opens_nothing_and_is_still_acknowledged(
 
 
 def test_an_instagram_postback_opens_the_window_of_that_igsid(
-    ratchet: Ratchet,  # noqa: F811
+    ratchet: Ratchet,
     instagram: World,
 ) -> None:
     assert ratchet.post(fixture("instagram_postback")).status_code == 200
@@ -96,7 +87,7 @@ def _status(client: Ratchet, message_id: int) -> str:
 
 
 def test_an_instagram_echo_is_our_sent_and_opens_no_window_and_its_seen_reads_it(
-    ratchet: Ratchet,  # noqa: F811
+    ratchet: Ratchet,
     instagram: World,
 ) -> None:
     echo = fixture("instagram_echo")
@@ -115,8 +106,8 @@ def test_an_instagram_echo_is_our_sent_and_opens_no_window_and_its_seen_reads_it
 
 
 def test_every_messenger_body_of_the_real_corpus_is_answered_2xx_and_kept(
-    ratchet: Ratchet,  # noqa: F811
-    page: World,  # noqa: F811
+    ratchet: Ratchet,
+    page: World,
 ) -> None:
     corpus = Path(__file__).parents[1] / "fixtures" / "realpayloads.json"
     entries = [e for e in json.loads(corpus.read_text()) if e["provider"] == "messenger"]

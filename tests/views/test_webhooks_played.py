@@ -9,9 +9,10 @@ from flask.testing import FlaskClient
 
 from app.db import Database
 
-from ..factories import World, make_world
+from ..conftest import at
+from ..factories import World, make_world, message
 from ..meta import PHONE_NUMBER_ID, encode, status, status_body
-from .test_webhooks_whatsapp import SECRET, at, deliver, message, sent_message, webhook_events
+from ..whatsapp_world import SECRET, deliver, sent_message, webhook_events
 
 
 @pytest.fixture

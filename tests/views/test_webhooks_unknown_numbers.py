@@ -17,11 +17,10 @@ from app.db import Database
 from app.models import ConversationWindow, WebhookDelivery, WebhookStatus
 from app.repo.inbox import expire_parked, pending_status_ids
 
-from ..factories import World, make_world
+from ..conftest import at
+from ..factories import World, make_world, message
 from ..meta import PHONE_NUMBER_ID, encode, fixture, sign, status, status_body
-from .test_webhooks_whatsapp import SECRET, at, deliver, message, sent_message
-
-UNKNOWN = "999999"
+from ..whatsapp_world import SECRET, UNKNOWN, deliver, sent_message
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,20 +14,16 @@ from sqlalchemy.orm import Session
 
 from app.clock import utcnow
 from app.db import Database
-from app.models import Message, MessageEvent, WebhookDelivery, WebhookStatus
+from app.models import MessageEvent, WebhookDelivery, WebhookStatus
 from app.repo.acceptance import record_accepted
-from app.repo.attempts import finish_attempt, start_attempt
-from app.repo.claims import claim_message
+from app.repo.attempts import finish_attempt
 from app.repo.failures import record_failed
-from app.repo.identities import update_identity
 from app.repo.requeues import requeue_message
 
-from ..conftest import T0
-from ..factories import World, make_message, make_world
+from ..conftest import at
+from ..factories import World, make_world, message
 from ..meta import PHONE_NUMBER_ID, encode, fixture, sign, status, status_body
-
-SECRET = "meta-app-secret"
-LEASE = timedelta(seconds=25)
+from ..whatsapp_world import SECRET, claimed, deliver, sent_message, set_app_secret, webhook_events
 
 
 @pytest.fixture
@@ -39,53 +34,6 @@ def world(db: Database) -> World:
 @pytest.fixture
 def client(app: Flask) -> FlaskClient:
     return app.test_client()
-
-
-def deliver(client: FlaskClient, raw: bytes, secret: str = SECRET, signature: str | None = None):
-    headers = {"Content-Type": "application/json"}
-    if signature is not None or secret:
-        headers["X-Hub-Signature-256"] = signature or sign(raw, secret)
-    return client.post("/webhooks/whatsapp", data=raw, headers=headers)
-
-
-def claimed(db: Database, world: World, **kwargs: object):
-    message_id = make_message(db, world, **kwargs)  # type: ignore[arg-type]
-    with db.transaction() as session:
-        claim = claim_message(session, message_id, T0, LEASE)
-        assert claim is not None
-        start_attempt(session, claim, "key", T0)
-    return claim
-
-
-def sent_message(db: Database, world: World, wamid: str) -> int:
-    claim = claimed(db, world)
-    with db.transaction() as session:
-        record_accepted(
-            session, claim, wamid, T0 + timedelta(seconds=1), unknown_attempts=0, had_unknown=False
-        )
-    return claim.message_id
-
-
-def message(db: Database, message_id: int) -> Message:
-    with db.transaction() as session:
-        row = session.get(Message, message_id, populate_existing=True)
-        assert row is not None
-        return row
-
-
-def webhook_events(db: Database, message_id: int) -> list[MessageEvent]:
-    with db.transaction() as session:
-        return list(
-            session.scalars(
-                select(MessageEvent)
-                .where(MessageEvent.message_id == message_id, MessageEvent.source == "webhook")
-                .order_by(MessageEvent.id)
-            )
-        )
-
-
-def at(seconds: int):
-    return T0 + timedelta(seconds=seconds)
 
 
 def test_the_transcribed_sent_delivered_and_read_fixtures_move_a_message_forward(
@@ -229,13 +177,6 @@ def test_another_identitys_secret_does_not_verify(
     message_id, raw = _body_for(db, world)
     assert deliver(client, raw, secret="globex-secret").status_code == 401
     assert_nothing_applied(db, message_id)
-
-
-def set_app_secret(app: Flask, session: Session, identity_id: int, secret: str) -> None:
-    """`identity update --app-secret`, in the caller's transaction."""
-    update_identity(
-        session, app.extensions["ratchet.box"], identity_id, app_secret=secret, now=utcnow()
-    )
 
 
 def test_a_new_app_secret_verifies_at_once_and_the_old_one_no_longer_does(
