@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import glob
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 
 LIBRARY_GLOB = "/usr/lib/*/faketime/libfaketimeMT.so.1"
+# Its `sitecustomize` works around the library's one bug these children meet (`time.sleep`).
+SITE = Path(__file__).resolve().parent / "faketime_site"
 
 
 def library() -> str | None:
@@ -39,9 +42,11 @@ def skewed(environ: Mapping[str, str], offset: str) -> dict[str, str]:
     """`environ` for a child whose wall clock is off by `offset` ("+30s", "-30s")."""
     path = require_faketime()
     preload = " ".join(part for part in (path, environ.get("LD_PRELOAD", "")) if part)
+    python_path = ":".join(part for part in (str(SITE), environ.get("PYTHONPATH", "")) if part)
     return {
         **environ,
         "LD_PRELOAD": preload,
+        "PYTHONPATH": python_path,
         "FAKETIME": offset,
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
     }
