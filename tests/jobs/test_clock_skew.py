@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from redis import Redis
 from rq import Queue, Worker
 from rq.job import Job, JobStatus
@@ -61,6 +62,7 @@ def busy_job_ids(redis: Redis) -> set[str]:
     }
 
 
+@pytest.mark.slow
 def test_a_worker_30_s_ahead_does_not_take_over_the_lease_of_one_30_s_behind(
     env: Env, tmp_path: Path
 ) -> None:
@@ -112,6 +114,7 @@ def test_a_worker_30_s_ahead_does_not_take_over_the_lease_of_one_30_s_behind(
         assert "Traceback" not in (tmp_path / f"{name}.log").read_text(), name
 
 
+@pytest.mark.slow
 def test_a_stale_broken_sender_answer_does_not_pause_an_identity_resumed_on_a_clock_behind(
     env: Env, tmp_path: Path
 ) -> None:
