@@ -53,9 +53,3 @@ def measure_offset(read_server_clock: Callable[[], datetime]) -> timedelta:
 def set_offset(offset: timedelta, measured_at: float | None) -> None:
     global _offset
     _offset = (offset, measured_at)
-
-
-def to_wall_clock(moment: datetime) -> datetime:
-    """A time on the database's clock as this process's wall clock shows it: for what
-    compares with the wall clock outside our code (RQ's scheduler)."""
-    return moment - _offset[0]

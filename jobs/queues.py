@@ -18,7 +18,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 
-from app.clock import to_wall_clock
+from app.clock import clock_offset
 
 log = logging.getLogger(__name__)
 
@@ -158,9 +158,11 @@ def whole_second_after(at: datetime) -> datetime:
 
     `at` is on the database's clock, as every due time is; RQ's scheduler compares with
     its process's wall clock, so it is given the time as this process's wall clock shows
-    it (another worker's scheduler, on a clock of its own, may ring it early, and the
-    drain then claims nothing, or late, and the sweeper rings it)."""
-    at = to_wall_clock(at)
+    it, to the whole second (the offset's last milliseconds are noise, and would push
+    every whole-second time a second later). A drain rung up to half a second early
+    claims nothing and rings itself again; another worker's scheduler, on a clock of its
+    own, may ring it earlier (the same) or later (the sweeper rings what is due)."""
+    at -= timedelta(seconds=round(clock_offset().total_seconds()))
     if at.microsecond == 0:
         return at
     return at.replace(microsecond=0) + timedelta(seconds=1)

@@ -21,11 +21,11 @@ from app.clock import (
     is_offset_older_than,
     measure_offset,
     set_offset,
-    to_wall_clock,
     utcnow,
 )
 from app.db import Database, build_engine
 from app.db_clock import REFRESH_SECONDS, sync_clock
+from jobs.queues import whole_second_after
 
 from .faketime import skewed
 
@@ -126,5 +126,13 @@ def test_the_offset_is_the_servers_time_less_the_midpoint_of_the_round_trip(
     offset = measure_offset(lambda: server)
     assert offset == pytest.approx(timedelta(seconds=42), abs=timedelta(seconds=0.1))
     assert utcnow() - datetime.now(UTC) == pytest.approx(offset, abs=timedelta(seconds=0.1))
-    # A due time on the database's clock, as RQ's scheduler in this process reads it.
-    assert to_wall_clock(server) == server - offset
+
+
+def test_a_time_rung_for_later_is_given_to_rq_on_this_processs_wall_clock(
+    fresh_offset: None,
+) -> None:
+    # RQ's scheduler reads the wall clock of a process 30 s behind the database.
+    set_offset(timedelta(seconds=30.0004), time.monotonic())
+    due = datetime(2026, 12, 4, 12, 0, 0, tzinfo=UTC)
+    assert whole_second_after(due) == due - timedelta(seconds=30)
+    assert whole_second_after(due + timedelta(milliseconds=300)) == due - timedelta(seconds=29)
