@@ -53,6 +53,19 @@ def drain_jobs(redis: Redis) -> list[Job]:
     return [job for job in Job.fetch_many(ids, connection=redis) if job is not None]
 
 
+def answered(env: Env, message_id: int) -> list[str]:
+    """What the message's broken-sender answers did: held it (and paused the identity), or
+    were found stale."""
+    with env.db.transaction() as session:
+        kinds = session.scalars(
+            select(MessageEvent.kind).where(
+                MessageEvent.message_id == message_id,
+                MessageEvent.kind.in_(["held", "stale_sender_broken"]),
+            )
+        )
+        return list(kinds)
+
+
 def busy_job_ids(redis: Redis) -> set[str]:
     queue = Queue(queue_name(LANE), connection=redis)
     return {
@@ -155,6 +168,8 @@ def test_a_stale_broken_sender_answer_does_not_pause_an_identity_resumed_on_a_cl
         assert resume.returncode == 0, resume.stdout + resume.stderr
         assert env.message(message_id).status == "sending", "the answer came before the resume"
         # 3. The old refusal arrives: stale, it pauses nothing; the message goes out again.
+        wait_for("the refusal to be recorded", lambda: bool(answered(env, message_id)))
+        assert answered(env, message_id) == ["stale_sender_broken"]
         wait_for("the message to be sent", lambda: env.message(message_id).status == "sent")
     finally:
         stop_all([worker])
