@@ -16,7 +16,7 @@ IDIOMORPH_STAMP := static/vendor/.stamp-idiomorph-$(IDIOMORPH_VERSION)
 AXE_VERSION := 4.14.1
 AXE_STAMP := tests/browser/vendor/.stamp-axe-$(AXE_VERSION)
 
-.PHONY: run test install assets lint services browser clean
+.PHONY: run test install assets lint services browser faketime clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,10 @@ services:
 browser:
 	@bash scripts/ensure-browser
 
-test: install assets services browser
+faketime:
+	@bash scripts/ensure-faketime
+
+test: install assets services browser faketime
 	@bash scripts/run-tests
 
 lint: install

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.correlation import derive_key
 from app.db_checkout import PING_EVERY_CHECKOUT, check_on_checkout
+from app.db_clock import keep_database_clock
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
@@ -111,6 +112,9 @@ def build_engine(
     engine = create_engine(url, **kwargs)
     if checked:
         check_on_checkout(engine, ping_after_idle)
+    if engine.dialect.name == "postgresql":
+        # After the check above: the clock is read on a connection known to be alive.
+        keep_database_clock(engine)
     return engine
 
 

@@ -18,6 +18,8 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 
+from app.clock import clock_offset
+
 log = logging.getLogger(__name__)
 
 LANES = ("reply", "campaign")
@@ -152,7 +154,15 @@ def is_dirty(redis: Redis, identity_id: int, lane: str, shard: int = 0) -> bool:
 
 def whole_second_after(at: datetime) -> datetime:
     """RQ's scheduler keeps times to whole seconds, cutting the fraction off, so a job rung
-    for 10.7 s would run from 10.0 s: before its message is due. Round up instead."""
+    for 10.7 s would run from 10.0 s: before its message is due. Round up instead.
+
+    `at` is on the database's clock, as every due time is; RQ's scheduler compares with
+    its process's wall clock, so it is given the time as this process's wall clock shows
+    it, to the whole second (the offset's last milliseconds are noise, and would push
+    every whole-second time a second later). A drain rung up to half a second early
+    claims nothing and rings itself again; another worker's scheduler, on a clock of its
+    own, may ring it earlier (the same) or later (the sweeper rings what is due)."""
+    at -= timedelta(seconds=round(clock_offset().total_seconds()))
     if at.microsecond == 0:
         return at
     return at.replace(microsecond=0) + timedelta(seconds=1)
