@@ -1,15 +1,21 @@
 """Ratchet processes a test starts for real (`flask --app wsgi ...`, each in its own process
-group, logging to a file, and killed with pytest if pytest is), and a look at whether one is
-stopped (SIGSTOP).
+group, logging to a file, and killed with pytest if pytest is), the environment a worker
+process gets, stopping them all, and a look at whether one is stopped (SIGSTOP).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+
+from ..conftest import PG_URL, SECRET_KEY
+from .conftest import Env
 
 ROOT = Path(__file__).resolve().parents[2]
 PR_SET_PDEATHSIG = 1
@@ -37,3 +43,37 @@ def die_with_parent() -> None:
 def is_stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def worker_env(env: Env, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DATABASE_URL": PG_URL,
+        "REDIS_URL": env.config.redis_url,
+        "SECRET_KEY": SECRET_KEY,
+        "PUBLIC_BASE_URL": env.base_url,
+        "PYTHONFAULTHANDLER": "1",
+        "RATCHET_SHARD_RATE": str(env.config.shard_rate),
+        "RATCHET_SHARD_MAX": str(env.config.shard_max),
+        **extra,
+    }
+
+
+def stop_all(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            # Its threads' stacks go to its log (PYTHONFAULTHANDLER), then it is killed.
+            warnings.warn(f"{process.args} did not stop on SIGTERM in 20 s", stacklevel=2)
+            process.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=5)
+            process.kill()
+            process.wait()
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)

@@ -26,8 +26,7 @@ from jobs.ringing import ring_identity
 
 from ..faketime import require_faketime, skewed
 from .conftest import Env
-from .test_chaos import start
-from .test_shards import stop_all, worker_env
+from .processes import start, stop_all, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 FLASK = [sys.executable, "-m", "flask", "--app", "wsgi"]

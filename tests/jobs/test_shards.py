@@ -12,9 +12,7 @@ import math
 import os
 import re
 import signal
-import subprocess
 import threading
-import warnings
 from collections import Counter, defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -33,10 +31,9 @@ from jobs.pacing import Pacer
 from jobs.queues import drain_keys, queue_name
 from jobs.sweep import sweep_once
 
-from ..conftest import PG_URL, SECRET_KEY
 from .conftest import Env
 from .outcomes import correlation_of, finished
-from .processes import start
+from .processes import start, stop_all, worker_env
 from .shard_switch import shard_on
 
 LANE = "campaign"
@@ -189,40 +186,6 @@ def test_after_a_redis_flush_the_sweeper_rings_every_shard_with_messages_due(env
     redis.close()
     assert [env.message(i).status for i in ids] == ["sent"] * len(ids)
     assert sorted(a["to"] for a in env.accepted(number)) == sorted(people)
-
-
-def worker_env(env: Env, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DATABASE_URL": PG_URL,
-        "REDIS_URL": env.config.redis_url,
-        "SECRET_KEY": SECRET_KEY,
-        "PUBLIC_BASE_URL": env.base_url,
-        "PYTHONFAULTHANDLER": "1",
-        "RATCHET_SHARD_RATE": str(env.config.shard_rate),
-        "RATCHET_SHARD_MAX": str(env.config.shard_max),
-        **extra,
-    }
-
-
-def stop_all(processes: list[subprocess.Popen]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            # Its threads' stacks go to its log (PYTHONFAULTHANDLER), then it is killed.
-            warnings.warn(f"{process.args} did not stop on SIGTERM in 20 s", stacklevel=2)
-            process.send_signal(signal.SIGABRT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=5)
-            process.kill()
-            process.wait()
-    for process in processes:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
 
 
 def wait_until_finished(env: Env, ids: list[int], limit: float = 120.0) -> int:
