@@ -20,7 +20,7 @@ from werkzeug.serving import make_server
 
 from app.db import Database
 
-from ..conftest import make_app
+from ..conftest import POLL, make_app
 from ..views.dashboard_world import NOW, Clock
 
 CHROMIUM = "/usr/bin/chromium"
@@ -53,7 +53,7 @@ def served(pg_url: str, redis_url: str, committed_db: Database) -> Iterator[Serv
     clock = Clock(NOW)
     app.extensions["ratchet.clock"] = clock
     server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs=POLL, daemon=True)
     thread.start()
     with app.app_context():
         yield Served(app, committed_db, f"http://127.0.0.1:{server.port}", clock)

@@ -21,6 +21,8 @@ from typing import Any
 
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from ..conftest import POLL
+
 Action = str | int | tuple[int, dict[str, str]]
 
 
@@ -66,7 +68,7 @@ class Receiver:
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs=POLL, daemon=True).start()
         return self
 
     def stop(self) -> None:

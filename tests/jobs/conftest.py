@@ -29,7 +29,7 @@ from app.repo.identities import create_identity
 from app.repo.tenants import create_tenant
 from jobs.send import send_one
 
-from ..conftest import SECRET_KEY, make_app
+from ..conftest import POLL, SECRET_KEY, make_app
 from ..sandbox.conftest import SandboxProcess, start_sandbox_process, stop_sandbox_process
 
 PROVIDER_TIMEOUT = 1.0
@@ -216,7 +216,7 @@ def env(
     app.config["RATCHET"] = replace(
         app.config["RATCHET"], public_base_url=f"http://127.0.0.1:{server.port}"
     )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs=POLL, daemon=True)
     thread.start()
     environment = Env(app, committed_db, f"http://127.0.0.1:{server.port}", sandbox.url)
     environment.sandbox("POST", "/reset")

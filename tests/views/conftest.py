@@ -15,7 +15,7 @@ from werkzeug.serving import make_server
 
 from app.db import Database
 
-from ..conftest import make_app
+from ..conftest import POLL, make_app
 from ..factories import World, make_world
 from .dashboard_world import Tenants, make_tenants
 from .messenger_bodies import PAGE, SECRET
@@ -46,7 +46,7 @@ def ratchet(pg_url: str, redis_url: str, committed_db: Database) -> Iterator[Rat
     app.extensions["ratchet.db"].dispose()
     app.extensions["ratchet.db"] = committed_db
     server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs=POLL, daemon=True)
     thread.start()
     client = Ratchet(f"http://127.0.0.1:{server.port}", committed_db)
     with app.app_context():

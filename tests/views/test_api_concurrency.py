@@ -15,6 +15,7 @@ from werkzeug.serving import make_server
 from app.db import Database
 from app.models import Message
 
+from ..conftest import POLL
 from ..factories import World, make_world
 
 REQUESTS = 32
@@ -23,7 +24,7 @@ REQUESTS = 32
 @pytest.fixture
 def base_url(app: Flask, committed_db: Database) -> Iterator[str]:
     server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs=POLL, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.port}"
     server.shutdown()

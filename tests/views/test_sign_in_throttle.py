@@ -20,6 +20,7 @@ from werkzeug.serving import make_server
 from app.db import Database
 from app.models import AuditEntry
 
+from ..conftest import POLL
 from .dashboard_world import PASSWORD, Clock, csrf_token, make_staff, make_tenants, use_clock
 
 GUESSES = 16
@@ -52,7 +53,7 @@ def audit_count(database: Database, action: str) -> int:
 @pytest.fixture
 def base_url(app: Flask, committed_db: Database) -> Iterator[str]:
     server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs=POLL, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.port}"
     server.shutdown()

@@ -32,7 +32,7 @@ from app.repo.identities import create_identity
 from app.repo.tenants import create_tenant
 from jobs.send import send_one
 
-from ..conftest import SECRET_KEY, T0, make_app
+from ..conftest import POLL, SECRET_KEY, T0, make_app
 from ..factories import World, make_message
 
 ACCOUNT = "AC" + "R" * 32
@@ -66,7 +66,7 @@ class FakeTwilio:
 def fake_twilio() -> Iterator[tuple[str, FakeTwilio]]:
     fake = FakeTwilio(slow_first=1.5)
     server = make_server("127.0.0.1", 0, fake, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs=POLL, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}", fake
     server.shutdown()
