@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from flask import Flask
 from hypothesis import settings
+from jinja2 import BytecodeCache
 from redis import Redis
 from sqlalchemy import text
 
@@ -74,6 +76,25 @@ def redis_url() -> Iterator[str]:
     client.close()
 
 
+class _SharedTemplates(BytecodeCache):
+    """Compiled templates kept for the whole run: every test makes an app of its own, and
+    each app's Jinja environment would otherwise compile the same templates again. Keyed
+    by template name and source checksum (Jinja's own bucket), so an edit is never stale."""
+
+    def __init__(self) -> None:
+        self._code: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket: Any) -> None:
+        if bucket.key in self._code:
+            bucket.bytecode_from_string(self._code[bucket.key])
+
+    def dump_bytecode(self, bucket: Any) -> None:
+        self._code[bucket.key] = bucket.bytecode_to_string()
+
+
+_TEMPLATES = _SharedTemplates()
+
+
 def make_app(pg_url: str, redis_url: str, **overrides: object) -> Flask:
     values = {
         "database_url": pg_url,
@@ -84,6 +105,7 @@ def make_app(pg_url: str, redis_url: str, **overrides: object) -> Flask:
     values.update(overrides)
     app = create_app(values)
     app.config["TESTING"] = True
+    app.jinja_env.bytecode_cache = _TEMPLATES
     return app
 
 
