@@ -130,9 +130,21 @@ def db(app: Flask) -> Iterator[Database]:
 
 
 def truncate_all(database: Database) -> None:
-    names = ", ".join(table.name for table in Base.metadata.sorted_tables)
+    """Empty every table and restart every sequence. Only the tables holding a row are
+    truncated (a TRUNCATE costs about as much per table whether it held rows or not, and
+    most tests touch few), and every sequence restarts, as RESTART IDENTITY did."""
+    names = [table.name for table in Base.metadata.sorted_tables]
+    probe = " UNION ALL ".join(f"SELECT '{n}' WHERE EXISTS (SELECT 1 FROM {n})" for n in names)
     with database.engine.begin() as connection:
-        connection.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+        used = list(connection.scalars(text(probe)))
+        if used:
+            connection.execute(text(f"TRUNCATE {', '.join(used)} CASCADE"))
+        connection.execute(
+            text(
+                "SELECT setval(c.oid, 1, false) FROM pg_class c"
+                " WHERE c.relkind = 'S' AND c.relnamespace = 'public'::regnamespace"
+            )
+        )
 
 
 @pytest.fixture
