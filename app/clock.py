@@ -35,16 +35,28 @@ def is_offset_older_than(seconds: float) -> bool:
     return measured is None or time.monotonic() - measured > seconds
 
 
-def measure_offset(read_server_clock: Callable[[], datetime]) -> timedelta:
-    """Read the server's clock once and keep its offset from ours.
+# A reading whose round trip took longer is dropped (the offset kept as it was): the
+# server read its clock somewhere inside the round trip, so a slow one (a stalled answer,
+# a pause of this process) could put this process's clock off by half of it.
+MAX_ROUND_TRIP = 0.5
+
+
+def measure_offset(
+    read_server_clock: Callable[[], datetime],
+    monotonic: Callable[[], float] = time.monotonic,
+) -> timedelta | None:
+    """Read the server's clock once and keep its offset from ours; None (and the offset
+    left as it was) when the round trip took more than `MAX_ROUND_TRIP`.
 
     The server read its clock somewhere inside the round trip; taking the midpoint (as NTP
     does) is wrong by at most half the round trip, a millisecond or so on a LAN. The round
     trip is timed on the monotonic clock, so a wall-clock step during it changes nothing."""
+    started = monotonic()
     wall = datetime.now(UTC)
-    started = time.monotonic()
     server = read_server_clock()
-    ended = time.monotonic()
+    ended = monotonic()
+    if ended - started > MAX_ROUND_TRIP:
+        return None
     offset = server - (wall + timedelta(seconds=(ended - started) / 2))
     set_offset(offset, ended)
     return offset

@@ -5,14 +5,13 @@ as a strip (`lane_status`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from flask import render_template
 from flask.typing import ResponseReturnValue
 from redis.exceptions import RedisError
 
 from app.auth import tenant_scope
-from app.clock import utcnow
 from app.db import get_db
 from app.repo.overview import IdentityLabel, LaneRow, overview
 from app.views.pages import is_htmx, now, staff_blueprint, stuck_after
@@ -42,7 +41,9 @@ class Workers:
     lanes: list[LaneStatus]
     workers: list[WorkerInfo]
     unreachable: bool
-    read_at: datetime  # the wall clock: heartbeats are stamped by the workers' clocks
+    # This process's wall clock, not `utcnow()`: RQ stamps heartbeats on each worker's own
+    # wall clock, never on the database's.
+    read_at: datetime
 
 
 def read_workers(rows: list[LaneRow]) -> Workers:
@@ -54,10 +55,10 @@ def read_workers(rows: list[LaneRow]) -> Workers:
         workers = list_workers(get_redis())
     except RedisError:
         lanes = [LaneStatus(lane, None, due[lane]) for lane in LANES]
-        return Workers(lanes, [], True, utcnow())
+        return Workers(lanes, [], True, datetime.now(UTC))
     live = live_by_lane(workers)
     lanes = [LaneStatus(lane, live[lane], due[lane]) for lane in LANES]
-    return Workers(lanes, workers, False, utcnow())
+    return Workers(lanes, workers, False, datetime.now(UTC))
 
 
 def since(moment: datetime | None, wall: datetime) -> timedelta | None:
