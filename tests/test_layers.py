@@ -168,6 +168,15 @@ def test_no_module_is_over_400_lines(package: str) -> None:
     assert too_long == {}, f"split these along their seams (at most {MAX_LINES} lines)"
 
 
+def test_no_test_module_is_over_400_lines() -> None:
+    too_long = {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert too_long == {}, f"split these along their seams (at most {MAX_LINES} lines)"
+
+
 def names_imported(tree: ast.AST, package: str) -> set[str]:
     """Every dotted name an import in `tree` may mean, read in `package`: `from .x import y`
     gives both `package.x` and `package.x.y` (y may be a module or a name in x)."""

@@ -1,28 +1,24 @@
 """The identities page through the Flask client: what it shows, pause and resume (whole
-identity or campaign lane) for operators, rates and secrets for admins, the role and
-tenant boundaries, and the audit row of every action."""
+identity or campaign lane) for operators, the role and tenant boundaries, and the audit
+row of every action (rates and secrets: tests/views/test_identity_settings.py)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from redis import Redis
-from sqlalchemy import select
 
-from app.crypto import SecretBox
 from app.db import Database
-from app.models import AuditEntry, Identity, Message
+from app.models import Identity, Message
 from app.repo.claims import claim_batch, claim_message
-from app.repo.identities import pause_identity, reveal_secrets
+from app.repo.identities import pause_identity
 from app.repo.queue import due_drains
 from app.repo.windows import open_window
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys
 
-from ..conftest import SECRET_KEY
 from ..factories import make_message
 from .dashboard_world import (
     LEASE,
@@ -30,47 +26,10 @@ from .dashboard_world import (
     Tenants,
     client_for,
     page_token,
-    use_clock,
 )
+from .identity_forms import admin, audit_rows, identity_row, operator, post
 
-
-@pytest.fixture
-def operator(app: Flask, db: Database, tenants: Tenants) -> FlaskClient:
-    return client_for(app, db, "ops@acme.test", "operator", tenants.acme.tenant_id)
-
-
-@pytest.fixture
-def admin(app: Flask, db: Database, tenants: Tenants) -> FlaskClient:
-    return client_for(app, db, "admin@acme.test", "admin", tenants.acme.tenant_id)
-
-
-def post(client: FlaskClient, path: str, **form: str) -> str:
-    """Post a form as the page would, follow the redirect back, return the page."""
-    token = page_token(client, "/identities")
-    response = client.post(path, data={"csrf_token": token, **form}, follow_redirects=True)
-    assert response.status_code == 200, response.status_code
-    return response.get_data(as_text=True)
-
-
-def audit_rows(db: Database, action: str | None = None) -> list[AuditEntry]:
-    with db.transaction() as session:
-        # Sign-ins are audited too; these tests count what the identity actions wrote.
-        query = (
-            select(AuditEntry)
-            .where(AuditEntry.action.not_in(["staff.sign_in", "staff.sign_in_failed"]))
-            .order_by(AuditEntry.id)
-        )
-        if action:
-            query = query.where(AuditEntry.action == action)
-        return list(session.scalars(query))
-
-
-def identity_row(db: Database, identity_id: int) -> Identity:
-    with db.transaction() as session:
-        found = session.get(Identity, identity_id, populate_existing=True)
-        assert found is not None
-        session.expunge(found)
-        return found
+__all__ = ["admin", "operator"]  # the fixtures, imported for these tests
 
 
 def test_the_page_shows_provider_account_rates_pace_windows_and_when_the_secrets_were_set(
@@ -274,95 +233,6 @@ def test_a_tenants_operator_cannot_pause_another_tenants_identity(
     assert audit_rows(db) == []
 
 
-def test_a_tenants_admin_cannot_change_another_tenants_identity(
-    admin: FlaskClient, db: Database, tenants: Tenants
-) -> None:
-    other = tenants.other.identity_id
-    token = page_token(admin, "/identities")
-    for action, form in (("credentials", {"token": "t"}), ("rates", {"reply_rate": "1"})):
-        answer = admin.post(f"/identities/{other}/{action}", data={"csrf_token": token, **form})
-        assert answer.status_code == 404
-    assert identity_row(db, other).credentials_version == 0
-    assert identity_row(db, other).reply_rate == 20
-    assert audit_rows(db) == []
-
-
-def test_an_admin_changes_the_rates_and_the_next_batch_uses_them(
-    admin: FlaskClient, db: Database, tenants: Tenants
-) -> None:
-    iid = tenants.acme.identity_id
-    page = post(
-        admin, f"/identities/{iid}/rates", reply_rate="30", campaign_rate="40", total_rate="75"
-    )
-    assert "reply rate, campaign rate, total rate changed" in page
-    row = identity_row(db, iid)
-    assert (row.reply_rate, row.campaign_rate, row.total_rate) == (30, 40, 75)
-    (audit,) = audit_rows(db, "identity.update")
-    assert audit.detail is not None
-    assert audit.detail["rates"] == {"reply_rate": 30, "campaign_rate": 40, "total_rate": 75}
-
-
-@pytest.mark.parametrize(
-    ("form", "said"),
-    [
-        ({"reply_rate": "50", "campaign_rate": "40"}, "add up to more than the total rate"),
-        ({"reply_rate": "fast"}, "is not a number"),
-        ({"reply_rate": "nan"}, "must be a number up to"),
-        ({"total_rate": "0"}, "rates must be above zero"),
-    ],
-)
-def test_bad_rates_are_refused_with_the_reason_and_nothing_changes(
-    admin: FlaskClient, db: Database, tenants: Tenants, form: dict[str, str], said: str
-) -> None:
-    iid = tenants.acme.identity_id
-    page = post(admin, f"/identities/{iid}/rates", **form)
-    assert f"Rates of identity {iid} not changed" in page and said in page
-    row = identity_row(db, iid)
-    assert (row.reply_rate, row.campaign_rate, row.total_rate) == (20, 10, 80)
-    assert audit_rows(db) == []
-
-
-def test_an_admin_replaces_the_token_which_bumps_the_credentials_version_and_is_never_shown(
-    admin: FlaskClient, db: Database, tenants: Tenants, app: Flask
-) -> None:
-    iid = tenants.acme.identity_id
-    later = NOW + timedelta(minutes=5)
-    use_clock(app, later)
-    page = post(admin, f"/identities/{iid}/credentials", token="EAAG-the-new-token-123")
-    assert "new token stored (not shown again)" in page
-    assert "EAAG-the-new-token-123" not in page
-    assert "token set on 2026-11-30 12:15:00 UTC" in page
-    # The app secret was not given: kept, and its date too.
-    assert "app secret set on 2026-11-30 12:00:00 UTC" in page
-    row = identity_row(db, iid)
-    assert row.credentials_version == 1 and row.credentials_changed_at == later
-    secrets = reveal_secrets(SecretBox(SECRET_KEY), row)
-    assert secrets.token == "EAAG-the-new-token-123" and secrets.app_secret == "app-secret-acme"
-    (audit,) = audit_rows(db, "identity.update")
-    assert audit.detail == {"changed": ["token"], "via": "web"}
-    assert "EAAG" not in str(audit.detail)
-
-
-def test_an_admin_replaces_the_app_secret_alone(
-    admin: FlaskClient, db: Database, tenants: Tenants
-) -> None:
-    iid = tenants.acme.identity_id
-    page = post(admin, f"/identities/{iid}/credentials", app_secret="new-meta-secret")
-    assert "new app secret stored" in page and "new-meta-secret" not in page
-    row = identity_row(db, iid)
-    assert row.credentials_version == 1
-    assert reveal_secrets(SecretBox(SECRET_KEY), row).app_secret == "new-meta-secret"
-
-
-def test_an_empty_credentials_form_changes_nothing(
-    admin: FlaskClient, db: Database, tenants: Tenants
-) -> None:
-    page = post(admin, f"/identities/{tenants.acme.identity_id}/credentials", token=" ")
-    assert "no token or secret given; nothing changed" in page
-    assert identity_row(db, tenants.acme.identity_id).credentials_version == 0
-    assert audit_rows(db) == []
-
-
 def test_platform_staff_see_every_tenants_identities(
     app: Flask, db: Database, tenants: Tenants
 ) -> None:
@@ -399,32 +269,3 @@ def test_a_paused_identity_can_still_have_its_campaign_lane_paused_for_after_the
     post(operator, f"/identities/{iid}/resume", scope="identity")
     row = identity_row(db, iid)
     assert row.paused_at is None and row.campaign_paused_reason == "hold the campaign"
-
-
-def test_a_token_no_http_header_can_carry_is_refused_and_nothing_is_stored(
-    admin: FlaskClient, db: Database, tenants: Tenants
-) -> None:
-    iid = tenants.acme.identity_id
-    page = post(admin, f"/identities/{iid}/credentials", token="EAAG-pasted\u200b-token")
-    assert f"Identity {iid}: nothing changed" in page and "no HTTP header can carry" in page
-    assert "EAAG" not in page
-    row = identity_row(db, iid)
-    assert row.credentials_version == 0
-    assert reveal_secrets(SecretBox(SECRET_KEY), row).token != "EAAG-pasted\u200b-token"
-    assert audit_rows(db) == []
-
-
-def test_an_admin_sets_a_whatsapp_numbers_business_account_and_bad_ids_are_refused(
-    admin: FlaskClient, db: Database, tenants: Tenants
-) -> None:
-    iid = tenants.acme.identity_id
-    assert "business account not known yet" in admin.get("/identities").get_data(as_text=True)
-    page = post(admin, f"/identities/{iid}/business-account", business_account_id="102290129")
-    assert "business account 102290129 stored" in page
-    assert identity_row(db, iid).business_account_id == "102290129"
-    page = post(admin, f"/identities/{iid}/business-account", business_account_id="abc")
-    assert "not a WhatsApp business account id" in page
-    assert identity_row(db, iid).business_account_id == "102290129"
-    assert f"/identities/{iid}/events" in admin.get("/identities").get_data(as_text=True)
-    (audit,) = audit_rows(db, "identity.update")
-    assert audit.detail == {"changed": ["business account id"], "via": "web"}
