@@ -103,6 +103,9 @@ class Config:
     # Logs: "text" (readable, the default) or "json" (one object a line), and the level.
     log_format: str = "text"
     log_level: str = "INFO"
+    # Werkzeug's password hash method. Not read from the environment: only code that
+    # builds the app (the test suite, for a fast one) may give another.
+    password_hash: str = "scrypt"
 
     @property
     def lease_seconds(self) -> float:

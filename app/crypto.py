@@ -10,7 +10,7 @@ import secrets
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from flask import Flask, current_app
+from flask import Flask, current_app, has_app_context
 from werkzeug.security import check_password_hash, generate_password_hash
 
 
@@ -82,8 +82,11 @@ def secret_matches(secret: str, stored_hash: str) -> bool:
 
 
 def hash_password(password: str) -> str:
-    # Werkzeug's scrypt hash with a random salt: a well-kept implementation, already a dependency.
-    return generate_password_hash(password)
+    # Werkzeug's scrypt hash with a random salt: a well-kept implementation, already a
+    # dependency. The method is the app's `password_hash` (scrypt unless code that built
+    # the app gave another); a stored hash names its method, so every one still verifies.
+    method = current_app.config["RATCHET"].password_hash if has_app_context() else "scrypt"
+    return generate_password_hash(password, method=method)
 
 
 def check_password(password: str, stored: str) -> bool:

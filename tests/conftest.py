@@ -47,6 +47,7 @@ T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 # The test servers' `serve_forever` looks for a shutdown this often: socketserver's default
 # (0.5 s) cost every test that stops a server up to half a second of its teardown.
 POLL = {"poll_interval": 0.02}
+TEST_PASSWORD_HASH = "pbkdf2:sha256:1000"
 
 
 def at(seconds: float) -> datetime:
@@ -101,6 +102,9 @@ def make_app(pg_url: str, redis_url: str, **overrides: object) -> Flask:
         "redis_url": redis_url,
         "secret_key": SECRET_KEY,
         "metrics_token": METRICS_TOKEN,
+        # A fast hash for the suite's many staff logins (scrypt costs about 80 ms a hash);
+        # the default stays scrypt (tests/test_password_hash.py).
+        "password_hash": TEST_PASSWORD_HASH,
     }
     values.update(overrides)
     app = create_app(values)

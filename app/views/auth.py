@@ -7,7 +7,17 @@ from functools import cache
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from flask import Blueprint, flash, g, redirect, render_template, request, session, url_for
+from flask import (
+    Blueprint,
+    current_app,
+    flash,
+    g,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
 from flask.typing import ResponseReturnValue
 from flask_login import current_user, logout_user
 
@@ -31,7 +41,7 @@ AUDIT_EMAIL_LIMIT = 90
 
 
 @cache
-def _decoy_hash() -> str:
+def _decoy_hash(method: str) -> str:
     # Checked against when the email is unknown, so both cases take the same slow hash.
     return hash_password("not the password of anyone")
 
@@ -59,7 +69,10 @@ def matching_login(candidates: list[Staff], password: str) -> Staff | None:
     found = None
     pool: list[Staff | None] = [*candidates] or [None]
     for candidate in pool:
-        hashed = candidate.password_hash if candidate is not None else _decoy_hash()
+        if candidate is not None:
+            hashed = candidate.password_hash
+        else:
+            hashed = _decoy_hash(current_app.config["RATCHET"].password_hash)
         opens = check_password(password, hashed)
         if opens and candidate is not None and candidate.disabled_at is None and found is None:
             found = candidate
