@@ -1,15 +1,19 @@
-"""How far a run's messages got: how many finished (`finished`), and our correlation id in a
-send the sandbox accepted (`correlation_of`).
+"""How far a run's messages got: how many finished (`finished`), our correlation id in a
+send the sandbox accepted (`correlation_of`), and the checker's verdict on a whole run
+(`verdict_of`: tests/chaos/checker.py).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from sqlalchemy import func, select
 
-from app.models import Message
+from app.models import Message, MessageEvent
 
+from ..chaos.checker import REACHED, Accepted, Acknowledged, Stored, Verdict, check
 from .conftest import Env
 
 
@@ -35,3 +39,58 @@ def finished(env: Env, ids: list[int]) -> int:
             )
             or 0
         )
+
+
+def verdict_of(
+    env: Env, number: dict[str, Any], provider: str, acknowledged: list[Acknowledged]
+) -> Verdict:
+    """The checker's verdict on a run: the API's acknowledgements against the sends the
+    sandbox accepted for `number` and the messages and applied changes in the database."""
+    ids = [a.message_id for a in acknowledged]
+    with env.db.transaction() as session:
+        messages = session.execute(
+            select(
+                Message.id,
+                Message.correlation_id,
+                Message.status,
+                Message.failure_class,
+            ).where(Message.id.in_(ids))
+        ).all()
+        events = session.execute(
+            select(
+                MessageEvent.message_id,
+                MessageEvent.cycle,
+                MessageEvent.from_status,
+                MessageEvent.to_status,
+                MessageEvent.received_at,
+                MessageEvent.detail,
+            )
+            .where(MessageEvent.message_id.in_(ids), MessageEvent.applied.is_(True))
+            .order_by(MessageEvent.id)
+        ).all()
+    by_correlation = {row.correlation_id: row.id for row in messages}
+    changes: dict[int, list[tuple[int, str | None, str | None]]] = defaultdict(list)
+    left_queue: dict[int, float] = {}
+    held: set[int] = set()
+    for event in events:
+        changes[event.message_id].append((event.cycle, event.from_status, event.to_status))
+        if event.to_status in REACHED | {"failed", "canceled"}:
+            left_queue.setdefault(event.message_id, event.received_at.timestamp())
+        if event.detail and event.detail.get("overtook"):
+            held.add(event.message_id)
+    accepted = [
+        Accepted(by_correlation.get(correlation_of(provider, send)), send["to"], send["time"])
+        for send in env.accepted(number)
+    ]
+    stored = [
+        Stored(
+            row.id,
+            row.status,
+            row.failure_class,
+            left_queue.get(row.id),
+            tuple(changes[row.id]),
+            row.id in held,
+        )
+        for row in messages
+    ]
+    return check(acknowledged, accepted, stored)

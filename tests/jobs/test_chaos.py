@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -26,10 +27,11 @@ from app.clock import utcnow
 from app.models import Message
 from jobs.queues import queue_name
 
+from ..chaos.checker import Acknowledged
 from ..conftest import PG_URL, SECRET_KEY
 from .conftest import Env
-from .outcomes import correlation_of, finished
-from .processes import start
+from .outcomes import correlation_of, finished, verdict_of
+from .processes import start, stop_all, worker_env
 
 MESSAGES = 300
 HANGING = 12
@@ -69,11 +71,14 @@ def test_a_run_with_a_flushed_redis_and_a_killed_worker_loses_and_duplicates_not
         recipients = [recipients[(n * 7) % MESSAGES] for n in range(MESSAGES)]
         assert sorted(recipients).count(HANG_RECIPIENT) == HANGING
 
-        def post(to: str) -> int:
-            return env.send(number, to)
+        def post(to: str) -> Acknowledged:
+            asked = time.time()
+            message_id = env.send(number, to)
+            return Acknowledged(message_id, to, time.time(), asked_at=asked)
 
         with ThreadPoolExecutor(max_workers=4) as pool:
-            ids = list(pool.map(post, recipients))
+            acks = list(pool.map(post, recipients))
+        ids = [ack.message_id for ack in acks]
         acknowledged = len(ids)
         hanging_ids = {i for i, to in zip(ids, recipients, strict=True) if to == HANG_RECIPIENT}
 
@@ -114,6 +119,10 @@ def test_a_run_with_a_flushed_redis_and_a_killed_worker_loses_and_duplicates_not
         )
         assert flushed and killed
         assert (lost, duplicates) == (0, 0)
+        # The checker's one line over the same run (tests/chaos/checker.py).
+        verdict = verdict_of(env, number, provider, acks)
+        print(f"{provider}: {verdict.line()}")
+        assert verdict.clean, verdict.line()
         # The killed worker died of SIGKILL; the other two survived the flush and run on.
         assert sorted(worker.poll() or 0 for worker in workers) == [-signal.SIGKILL, 0, 0]
     finally:
@@ -163,3 +172,40 @@ def kill_a_worker_sending_to(env: Env, redis: Redis, message_ids: set[int]) -> b
             os.kill(worker.pid, signal.SIGKILL)
             return True
     return False
+
+
+@pytest.mark.slow
+def test_with_the_guards_off_the_checker_reports_the_duplicates(env: Env, tmp_path: Path) -> None:
+    """The checker sees what the guards prevent: a provider that ignores our key, no
+    webhook to say the send was accepted and no grace to wait for one, so every send that
+    was accepted and then timed out is sent again."""
+    number = env.number(honour_idempotency_keys=False, hang_seconds=2, statuses=[])
+    worker = start(
+        "worker0",
+        ["worker", "--lane", "campaign"],
+        worker_env(
+            env,
+            RATCHET_PROVIDER_TIMEOUT="1",
+            RATCHET_WEBHOOK_GRACE="0",
+            RATCHET_CAP_UNKNOWN="2",
+        ),
+        tmp_path,
+    )
+    try:
+        recipients = [HANG_RECIPIENT, "15553100001", HANG_RECIPIENT, "15553100002"]
+        acks = []
+        for to in recipients:
+            asked = time.time()
+            acks.append(Acknowledged(env.send(number, to), to, time.time(), asked_at=asked))
+        ids = [ack.message_id for ack in acks]
+        done = threading.Event()
+        deadline = time.monotonic() + 60
+        while not done.wait(0.2):
+            if finished(env, ids) == len(ids) or time.monotonic() > deadline:
+                done.set()
+    finally:
+        stop_all([worker])
+    verdict = verdict_of(env, number, "whatsapp", acks)
+    print(verdict.line())
+    assert finished(env, ids) == len(ids), verdict.line()
+    assert verdict.duplicates >= 2 and not verdict.clean, verdict.line()
