@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import threading
+import time
 from collections import Counter, defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -31,8 +32,9 @@ from jobs.pacing import Pacer
 from jobs.queues import drain_keys, queue_name
 from jobs.sweep import sweep_once
 
+from ..chaos.checker import Acknowledged
 from .conftest import Env
-from .outcomes import correlation_of, finished
+from .outcomes import correlation_of, finished, verdict_of
 from .processes import start, stop_all, worker_env
 from .shard_switch import shard_on
 
@@ -59,6 +61,19 @@ def post_conversations(
         for part in range(parts)
         for person in people
     ]
+
+
+def acknowledged_conversations(
+    env: Env, number: dict[str, Any], people: list[str], parts: int
+) -> list[Acknowledged]:
+    """As `post_conversations`, with when each was asked for and answered (the checker's)."""
+    acks = []
+    for part in range(parts):
+        for person in people:
+            asked = time.time()
+            message_id = env.send(number, person, lane=LANE, text=f"part {part}")
+            acks.append(Acknowledged(message_id, person, time.time(), asked_at=asked))
+    return acks
 
 
 def test_each_message_is_stored_with_its_recipients_shard_key(env: Env) -> None:
@@ -274,7 +289,8 @@ def test_a_worker_killed_holding_a_shard_loses_and_duplicates_nothing(
     redis = Redis.from_url(env.config.redis_url)
     killed: int | None = None
     try:
-        ids = post_conversations(env, number, people, parts=4)
+        acks = acknowledged_conversations(env, number, people, parts=4)
+        ids = [ack.message_id for ack in acks]
         looked = threading.Event()
         for _ in itertools.count():
             killed = kill_the_worker_draining(redis, identity_id)
@@ -301,3 +317,5 @@ def test_a_worker_killed_holding_a_shard_loses_and_duplicates_nothing(
     for person, texts in by_person(accepted).items():
         assert texts == [f"part {n}" for n in range(4)], person
     assert ended == [-signal.SIGKILL, 0]
+    verdict = verdict_of(env, number, "whatsapp", acks)
+    assert verdict.clean, verdict.line()
