@@ -16,7 +16,7 @@ IDIOMORPH_STAMP := static/vendor/.stamp-idiomorph-$(IDIOMORPH_VERSION)
 AXE_VERSION := 4.14.1
 AXE_STAMP := tests/browser/vendor/.stamp-axe-$(AXE_VERSION)
 
-.PHONY: run test install assets lint services browser faketime clean
+.PHONY: run test chaos install assets lint services browser faketime clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ faketime:
 
 test: install assets services browser faketime
 	@bash scripts/run-tests
+
+# The fault run at scale (tests/jobs/test_chaos_scale.py): 10,000 messages, 20 kills.
+chaos: install services
+	$(BIN)/pytest -p no:xdist -m chaos -s tests/jobs/test_chaos_scale.py
 
 lint: install
 	$(BIN)/ruff check .
