@@ -7,14 +7,16 @@ against what the provider accepted and what the database says, and print one lin
 - lost: an acknowledged message that is neither sent (or later) nor ended on purpose
   (failed, expired, canceled) when the run is over;
 - provider duplicates: copies past the first that the provider accepted for one message;
-- backward moves: an applied change, within one cycle, to a status ranked below the one
-  it left (a requeue starts a new cycle, so it is not one);
+- backward moves: an applied change to a status ranked below the one it left (a requeue
+  moves from `failed`, which has no rank), or a row left below the highest status its
+  current cycle reached;
 - out of order: a recipient's messages the provider accepted in another order than the API
   acknowledged them, counted per message sent before one whose acknowledgement came
   before this one was even asked for (two requests in flight at once have no order
   between them), unless its timeline says it went past a retry held too long;
-- unexplained: a send the provider accepted that names no acknowledged message, or a
-  message the database calls sent with no send the provider accepted;
+- unexplained: a send the provider accepted that names no acknowledged message, a message
+  the database calls sent with no send the provider accepted, or one the provider
+  accepted that the database ended on our own account (canceled, expired, exhausted);
 - p99 to terminal: from acknowledgement to leaving the queue (sent or later, or ended on
   purpose), seconds.
 
@@ -33,6 +35,9 @@ from dataclasses import dataclass, field
 RANK = {"queued": 0, "sending": 1, "sent": 2, "delivered": 3, "read": 4}
 REACHED = {"sent", "delivered", "read"}
 ENDED = {"failed", "canceled"}
+# Failure classes that are our own decision, never the provider's word: a message with one
+# of these must not be at the provider.
+OURS = {"canceled", "expired", "exhausted"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +110,9 @@ def check(
     accepted: Iterable[Accepted],
     stored: Iterable[Stored],
 ) -> Verdict:
-    acks = {a.message_id: a for a in acknowledged}
+    acks: dict[int, Acknowledged] = {}
+    for ack in sorted(acknowledged, key=lambda a: a.at):
+        acks.setdefault(ack.message_id, ack)  # a key repeated: the first answer counts
     rows = {s.message_id: s for s in stored}
     sends = list(accepted)
     verdict = Verdict(acknowledged=len(acks))
@@ -121,7 +128,9 @@ def check(
             verdict.unexplained += 1
         if row.status == "failed":
             verdict.dead_letters[row.failure_class or "unknown"] += 1
-        if _moved_back(row.changes):
+            if row.failure_class in OURS and copies[message_id]:
+                verdict.unexplained += 1
+        if _moved_back(row.changes) or _left_below(row):
             verdict.backward.append(message_id)
     verdict.out_of_order = _out_of_order(acks, rows, sends)
     verdict.p99_to_terminal = _p99(
@@ -137,6 +146,15 @@ def _moved_back(changes: Iterable[tuple[int, str | None, str | None]]) -> bool:
         if before in RANK and after in RANK and RANK[after] < RANK[before]:
             return True
     return False
+
+
+def _left_below(row: Stored) -> bool:
+    """The row's status ranks below the highest its current cycle reached."""
+    if row.status not in RANK or not row.changes:
+        return False
+    cycle = max(c for c, _, _ in row.changes)
+    reached = [RANK[after] for c, _, after in row.changes if c == cycle and after in RANK]
+    return bool(reached) and RANK[row.status] < max(reached)
 
 
 def _out_of_order(

@@ -99,3 +99,27 @@ def test_it_counts_a_send_for_no_message_and_a_sent_message_with_no_send() -> No
 def test_an_empty_run_reads_zero_and_no_p99() -> None:
     verdict = check([], [], [])
     assert isinstance(verdict, Verdict) and verdict.clean and verdict.p99_to_terminal == 0.0
+
+
+def test_a_message_we_ended_ourselves_that_the_provider_has_is_unexplained() -> None:
+    acks, sends, stored = a_clean_run()
+    taken = [*sends, Accepted(4, PEOPLE[0], at=14.0)]  # 4 failed on the provider's word: fine
+    assert check(acks, taken, stored).clean
+    for ours in ("canceled", "expired", "exhausted"):
+        ended = with_stored(stored, 4, failure_class=ours)
+        assert check(acks, taken, ended).unexplained == 1, ours
+
+
+def test_a_row_left_below_what_its_cycle_reached_is_a_backward_move() -> None:
+    acks, sends, stored = a_clean_run()
+    assert check(acks, sends, with_stored(stored, 3, status="sent")).backward == [3]
+
+
+def test_a_repeated_key_keeps_the_first_answer() -> None:
+    """The same message answered again (a client retrying its key) is acknowledged when it
+    was first: message 1, answered at 1.0, still goes before message 3, asked at 2.5."""
+    acks, sends, stored = a_clean_run()
+    again = [*acks, Acknowledged(1, PEOPLE[1], at=5.0, asked_at=4.5)]
+    swapped = [Accepted(3, PEOPLE[1], at=10.5), *[s for s in sends if s.message_id != 3]]
+    assert check(again, swapped, stored).out_of_order == [3]
+    assert check(again, sends, stored).clean
