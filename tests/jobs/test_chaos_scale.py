@@ -35,6 +35,7 @@ HANGING = 20  # one recipient's messages go one at a time: a few keep the run sh
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(1800)  # posting 10,000 through the API alone takes about 4 minutes
 def test_ten_thousand_messages_through_kills_and_a_redis_flush_read_clean(
     env: Env, tmp_path: Path
 ) -> None:
