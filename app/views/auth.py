@@ -43,6 +43,7 @@ AUDIT_EMAIL_LIMIT = 90
 @cache
 def _decoy_hash(method: str) -> str:
     # Checked against when the email is unknown, so both cases take the same slow hash.
+    # `method` (the app's) only keys the cache: `hash_password` reads the same setting.
     return hash_password("not the password of anyone")
 
 
