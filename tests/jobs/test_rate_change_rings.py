@@ -6,6 +6,7 @@ ring; here the sweeper never runs."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from redis import Redis
 from rq import Queue, SimpleWorker
@@ -35,6 +36,13 @@ def send_everything_rung(env: Env) -> None:
         redis.close()
 
 
+def change_rates_with_the_cli(env: Env, number: dict[str, Any], campaign: str, total: str) -> None:
+    identity = str(number["identity_id"])
+    args = ["identity", "update", identity, "--campaign-rate", campaign, "--total-rate", total]
+    result = env.app.test_cli_runner().invoke(args=args)
+    assert result.exit_code == 0, result.output
+
+
 def test_a_raised_rate_rings_the_new_shards_holding_messages(env: Env) -> None:
     shards_on(env, shard_rate=100.0)
     number = env.number(statuses=[], rate_limit_mps=None)
@@ -43,11 +51,7 @@ def test_a_raised_rate_rings_the_new_shards_holding_messages(env: Env) -> None:
     assert {shard_of(shard_key_of(p), 4) for p in people} == {0, 1, 2, 3}
     ids = [env.send(number, person, lane=LANE) for person in people]  # each rings shard 0
 
-    result = env.app.test_cli_runner().invoke(
-        args=["identity", "update", str(number["identity_id"]), "--campaign-rate", "400",
-              "--total-rate", "420"]
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
+    change_rates_with_the_cli(env, number, campaign="400", total="420")
     send_everything_rung(env)
 
     assert [env.message(i).status for i in ids] == ["sent"] * len(ids)
@@ -67,11 +71,7 @@ def test_a_lowered_rate_rings_the_shards_that_take_over_the_gone_ones(env: Env) 
     finally:
         redis.close()
 
-    result = env.app.test_cli_runner().invoke(
-        args=["identity", "update", str(number["identity_id"]), "--campaign-rate", "50",
-              "--total-rate", "70"]
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
+    change_rates_with_the_cli(env, number, campaign="50", total="70")
     send_everything_rung(env)
 
     assert [env.message(i).status for i in ids] == ["sent"] * len(ids)
