@@ -9,8 +9,8 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from app.models import Tenant
-from jobs.retention import purge_content
 
+from ..jobs.retention_world import purge_all_due
 from ..views.dashboard_world import NOW, Tenants, failed_message, make_staff, make_tenants
 from .conftest import Served, screenshot
 from .dashboard_steps import sign_in
@@ -48,7 +48,7 @@ def test_a_platform_admin_sets_limits_and_a_purged_message_says_so(
         )
     screenshot(page, "40-tenants-limits-saved")
 
-    purge_content(served.db, NOW + timedelta(days=15))
+    purge_all_due(served.db, NOW + timedelta(days=15))
     page.goto(f"{served.url}/messages/{failed}")
     expect(page.get_by_text("content purged on 2026-12-15")).to_be_visible()
     expect(page.locator("#requeue")).to_contain_text("nothing to send again")

@@ -16,10 +16,10 @@ from app.lifecycle import Source, Status
 from app.repo import callback_outbox as outbox
 from app.repo.callback_endpoints import EVENTS, create_endpoint
 from app.repo.transitions import apply_status
-from jobs.retention import purge_content
 
 from ..conftest import SECRET_KEY, T0
 from ..factories import World, make_world
+from ..jobs.retention_world import purge_all_due
 from ..meta import PHONE_NUMBER_ID
 from ..whatsapp_world import SECRET, sent_message
 from .conftest import failed_message
@@ -76,16 +76,16 @@ def test_finished_callbacks_past_retention_go_with_their_attempts(
     assert written is not None
 
     # Within the 30 days nothing goes.
-    assert purge_content(db, written + timedelta(days=29)).callbacks == 0
+    assert purge_all_due(db, written + timedelta(days=29)).callbacks == 0
     assert len(states(db)) == 3
 
-    assert purge_content(db, written + timedelta(days=31)).callbacks == 2
+    assert purge_all_due(db, written + timedelta(days=31)).callbacks == 2
     assert states(db) == [(waiting, PENDING)]
     with db.transaction() as session:
         assert session.scalar(select(func.count()).select_from(CallbackAttempt)) == 0
 
     # A pending one stays however old: it is not done with.
-    assert purge_content(db, written + timedelta(days=400)).callbacks == 0
+    assert purge_all_due(db, written + timedelta(days=400)).callbacks == 0
     assert states(db) == [(waiting, PENDING)]
 
     # The sequence does not restart for a message whose callbacks went.
@@ -119,7 +119,7 @@ def test_a_purged_message_takes_the_providers_words_out_of_its_callbacks(
     message_id = failed_message(db, world)
     (before,) = [row.payload for row in rows_of(db, message_id)]
     assert before["data"]["error"]["message"] == "Message Undeliverable."
-    assert purge_content(db, T0 + timedelta(days=31)).messages == 1
+    assert purge_all_due(db, T0 + timedelta(days=31)).messages == 1
     (row,) = rows_of(db, message_id)
     assert row.state == PENDING  # still to go out, without the words
     assert "message" not in row.payload["data"]["error"]

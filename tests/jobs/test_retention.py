@@ -20,7 +20,7 @@ from jobs.sweep import sweep_once
 from ..conftest import T0
 from ..factories import World, make_message, make_world
 from ..views.dashboard_world import failed_message
-from .retention_world import ERROR, LATER
+from .retention_world import ERROR, LATER, purge_all_due
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_after_its_days_a_messages_content_goes_and_its_facts_stay(
     failed = failed_message(db, world, error=ERROR, failure_class="needs_human")
     before = message(db, failed)
 
-    purged = purge_content(db, LATER)
+    purged = purge_all_due(db, LATER)
 
     after = message(db, failed)
     assert purged.messages == 1
@@ -96,7 +96,7 @@ def test_before_its_days_and_while_unfinished_a_message_keeps_its_content(
     recent = failed_message(db, world, error=ERROR, minute=60 * 24 * 2)
     waiting = make_message(db, world, text="still to send")
 
-    assert purge_content(db, T0 + timedelta(days=31)).messages == 0
+    assert purge_all_due(db, T0 + timedelta(days=31)).messages == 0
 
     assert message(db, recent).last_error == ERROR
     assert message(db, waiting).body_text == "still to send"
@@ -108,7 +108,7 @@ def test_each_tenant_keeps_its_own_days(db: Database, world: World) -> None:
     theirs = failed_message(db, other, error=ERROR)
     retention(db, other, 7)
 
-    purge_content(db, T0 + timedelta(days=8))
+    purge_all_due(db, T0 + timedelta(days=8))
 
     assert message(db, mine).content_purged_at is None
     assert message(db, theirs).content_purged_at == T0 + timedelta(days=8)
@@ -137,7 +137,7 @@ def test_templates_keep_their_name_and_language_only(db: Database, world: World)
         created.status = "delivered"
         message_id = created.id
 
-    purge_content(db, LATER)
+    purge_all_due(db, LATER)
 
     assert message(db, message_id).template == {"name": "order_shipped", "language": "en"}
 
@@ -157,8 +157,8 @@ def test_a_purge_goes_in_small_batches_and_the_next_pass_goes_on(
         False,
         False,
     ]
-    assert purge_content(db, LATER, batch=2).messages == 3
-    assert purge_content(db, LATER, batch=2).messages == 0
+    assert purge_all_due(db, LATER, batch=2).messages == 3
+    assert purge_all_due(db, LATER, batch=2).messages == 0
 
 
 def test_past_its_share_a_pass_starts_no_other_batch(db: Database, world: World) -> None:
@@ -198,7 +198,7 @@ def test_every_tenants_backlog_moves_before_any_gets_a_second_batch(
 
 def test_a_purged_message_cannot_be_requeued(db: Database, world: World) -> None:
     failed = failed_message(db, world, error=ERROR)
-    purge_content(db, LATER)
+    purge_all_due(db, LATER)
     with db.transaction() as session, pytest.raises(RequeueRefusedError, match="purged on"):
         requeue_message(session, failed, LATER, actor="test")
 
@@ -253,7 +253,7 @@ def test_raw_webhooks_are_purged_down_to_their_codes(db: Database, world: World)
     young = delivery(db, world.identity_id, T0 + timedelta(days=5))
     pending = delivery(db, world.identity_id, T0, applied=False)
 
-    purged = purge_content(db, LATER)
+    purged = purge_all_due(db, LATER)
 
     assert purged.deliveries == 2
     for delivery_id, status_id in (old, unknown_number):

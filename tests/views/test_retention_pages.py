@@ -8,9 +8,9 @@ from datetime import timedelta
 from flask import Flask
 
 from app.db import Database
-from jobs.retention import purge_content
 
 from ..conftest import T0
+from ..jobs.retention_world import purge_all_due
 from .dashboard_world import failed_message, make_staff, make_tenants, use_clock
 from .staff_sessions import as_, signed_in
 
@@ -29,7 +29,7 @@ def test_the_message_page_and_the_api_say_when_its_content_was_purged(
     before = client.get(f"/messages/{failed}").get_data(as_text=True)
     assert "content purged" not in before and "characters (hidden)" in before
 
-    purge_content(db, PURGED_AT)
+    purge_all_due(db, PURGED_AT)
 
     as_(client)
     page = client.get(f"/messages/{failed}").get_data(as_text=True)
