@@ -1,14 +1,14 @@
 """A fault run's schedule, shared by the run in `make test` and `make chaos` (only the sizes
 differ: `Plan`), and the injector that fires it while the messages go out.
 
-Sending-phase faults fire on progress (the share of messages finished), each at a moment
-drawn from the plan's seed, so every one lands mid-run:
+Sending-phase faults fire on progress (the share of messages finished), so every one
+lands mid-run; the kills at random moments drawn from the plan's seed:
 
-- SIGKILL of a worker at random moments (one of them aimed at a worker whose send the
-  sandbox has accepted but not yet answered), each replaced by a fresh worker;
-- SIGSTOP of a worker busy on a drain, SIGCONT once its drain's lease has run out;
-- Redis flushed (queues, scheduled rings, the worker registry);
-- PostgreSQL restarted in immediate mode (every connection cut mid-whatever);
+- SIGKILL of a worker at random moments (one of them aimed at a worker draining while a
+  send the sandbox accepted is not yet answered), each replaced by a fresh worker;
+- SIGSTOP of a worker busy on a drain at 25 %, SIGCONT once its drain's lease has run out;
+- Redis flushed at a third (queues, scheduled rings, the worker registry);
+- PostgreSQL restarted in immediate mode at half (every connection cut mid-whatever);
 - the operator (`Operator`, its own thread): cancels through the API, pauses and resumes
   the identity through the CLI, requeues the dead letters through the CLI.
 
@@ -61,6 +61,10 @@ class Plan:
     campaign_rate: float = 40.0
     shard_rate: float = 250.0
     pause_seconds: float = 3.0
+    # Seconds between two kills, drawn at random; the first once 2 % are finished. A kill
+    # of the worker holding a drain stops that drain for its lease (16 s here), so kills
+    # far apart make a long run of stalls one after another.
+    kill_gap: tuple[float, float] = (0.3, 3.0)
     seed: int = 35
 
     def recipients(self) -> list[str]:
@@ -75,10 +79,6 @@ class Plan:
         random.Random(self.seed).shuffle(everyone)
         return everyone
 
-    def kill_moments(self) -> list[float]:
-        chooser = random.Random(self.seed + 1)
-        return sorted(chooser.uniform(0.02, 0.85) for _ in range(self.kills))
-
 
 class Injector:
     """Fires the sending-phase faults as `tick(progress)` is called from the run's loop."""
@@ -89,19 +89,21 @@ class Injector:
         self.redis = redis
         self.drain_lease = drain_lease
         self.chooser = random.Random(plan.seed + 2)
-        self.kills = plan.kill_moments()
-        # The kill that waits for a send in flight: one before the Redis flush, which
+        self.kills_left = plan.kills
+        self.next_kill: float | None = None
+        # The kill that waits for a send in flight: an early one, before the Redis flush
         # empties the registry that says which worker holds a drain.
-        early = [n for n, moment in enumerate(self.kills) if 0.05 <= moment < 0.3]
-        self.aimed = early[0] if early else 0
+        self.aimed = min(2, plan.kills - 1)
         self.aimed_since: float | None = None
         self.killed = 0
         self.stopped: tuple[int, float] | None = None  # (pid, when SIGCONT is due)
+        self.stop_since: float | None = None
         self.happened: Counter[str] = Counter()
         self.hanging_ids: set[int] = set()
 
     def tick(self, progress: float, db: Database) -> None:
-        if self.kills and progress >= self.kills[0]:
+        now = time.monotonic()
+        if self.kills_left and progress >= 0.02 and now >= (self.next_kill or now):
             self._kill(db)
         if self.stopped is None and "SIGSTOP past the lease" not in self.happened:
             if progress >= 0.25:
@@ -131,10 +133,14 @@ class Injector:
             if index is not None:
                 self.happened["SIGKILL mid-send (accepted, not yet answered)"] += 1
         if index is None:
-            index = self.chooser.randrange(len(self.system.workers))
+            # Any worker but the stopped one (its SIGCONT is part of the fault).
+            stopped = self.stopped[0] if self.stopped else None
+            running = [n for n, w in enumerate(self.system.workers) if w.pid != stopped]
+            index = self.chooser.choice(running)
             self.happened["SIGKILL at a random moment"] += 1
-        self.kills.pop(0)
+        self.kills_left -= 1
         self.killed += 1
+        self.next_kill = time.monotonic() + self.chooser.uniform(*self.plan.kill_gap)
         victim = self.system.workers[index]
         if self.stopped is not None and victim.pid == self.stopped[0]:
             self.stopped = None  # killed while stopped: it needs no SIGCONT now
@@ -161,7 +167,7 @@ class Injector:
         if busy is None:
             return None
         # One drain per identity and lane and shard: one of the busy ones holds it.
-        pids = self._draining_pids()
+        pids = self._draining_pids() - {self.stopped[0] if self.stopped else None}
         for index, worker in enumerate(self.system.workers):
             if worker.pid in pids:
                 return index
@@ -183,10 +189,13 @@ class Injector:
         return pids
 
     def _stop_one(self) -> None:
-        """SIGSTOP a worker busy on a drain (any, if none is seen busy), until its drain's
-        lease has run out: another worker takes the drain over meanwhile."""
+        """SIGSTOP a worker busy on a drain (any, if none is seen busy in 10 s), until its
+        drain's lease has run out: another worker takes the drain over meanwhile."""
+        self.stop_since = self.stop_since or time.monotonic()
         pids = self._draining_pids()
         candidates = [w for w in self.system.workers if w.pid in pids and w.poll() is None]
+        if not candidates and time.monotonic() - self.stop_since < 10:
+            return
         victim = (candidates or self.system.workers)[0]
         victim.send_signal(signal.SIGSTOP)
         self.stopped = (victim.pid, time.monotonic() + self.drain_lease + 2)
@@ -270,9 +279,8 @@ class Operator(threading.Thread):
             self.finished.set()
 
     def _dead_letters(self) -> list[int]:
-        """The undeliverable messages once they have failed (not canceled ones)."""
-        deadline = time.monotonic() + 120
-        while not self.stop.is_set() and time.monotonic() < deadline:
+        """The undeliverable messages once they have all failed (not canceled ones)."""
+        while not self.stop.is_set():
             try:
                 with self.db.transaction() as session:
                     rows = session.execute(

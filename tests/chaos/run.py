@@ -47,6 +47,7 @@ PROVIDER_TIMEOUT = 3.0
 WEBHOOK_GRACE = 2.0
 HANG_SECONDS = 4.0
 WEBHOOK_DELAY_MS = 300
+PACING_SLOWDOWN = 5.0
 LIMIT = 1200.0  # seconds for the sending phase
 
 
@@ -86,6 +87,9 @@ def chaos_run(
         "RATCHET_PROVIDER_TIMEOUT": str(PROVIDER_TIMEOUT),
         "RATCHET_WEBHOOK_GRACE": str(WEBHOOK_GRACE),
         "RATCHET_SWEEP_INTERVAL": "0.5",
+        # Each 429 halves the identity's rates for this long (a minute by default; with
+        # several 429s in a run the rest of it would crawl at a sixty-fourth).
+        "RATCHET_PACING_SLOWDOWN": str(PACING_SLOWDOWN),
         "RATCHET_SHARD_RATE": str(plan.shard_rate),
         "RATCHET_SHARD_MAX": "8",
     }
@@ -143,7 +147,7 @@ def chaos_run(
             progress = done / len(ids)
             operator.progress = progress
             injector.tick(progress, env.db)
-            all_fired = not injector.kills and injector.stopped is None
+            all_fired = not injector.kills_left and injector.stopped is None
             if done == len(ids) and all_fired and operator.finished.is_set():
                 break
             operator.stop.wait(0.1)
@@ -263,6 +267,7 @@ def complaints(outcome: Outcome, plan: Plan) -> list[str]:
         "PostgreSQL restarts in intake": (happened["PostgreSQL restarted in intake"], 1),
         "PostgreSQL restarts while sending": (happened["PostgreSQL restarted while sending"], 1),
         "SIGSTOPs": (happened["SIGSTOP past the lease"], 1),
+        "SIGCONTs": (happened["SIGCONT"], 1),
         "pauses": (happened["pause (CLI)"], 1),
         "resumes": (happened["resume (CLI)"], 1),
         "requeues": (len(outcome.requeued), plan.requeues),
