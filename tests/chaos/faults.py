@@ -44,6 +44,9 @@ UNAVAILABLE = "15550000003"  # 503 twice per message, then accepted
 RATE_LIMITED = "15550000004"  # 429 with Retry-After once per message, then accepted
 UNDELIVERABLE = "15550000005"  # 400, 131026, every time: a dead letter to requeue
 
+KILLED_AT_RANDOM = "SIGKILL at a random moment"
+KILLED_AIMED = "SIGKILL of a worker draining while a send was accepted, not answered"
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -131,13 +134,13 @@ class Injector:
             if index is None and time.monotonic() - self.aimed_since < 20:
                 return
             if index is not None:
-                self.happened["SIGKILL mid-send (accepted, not yet answered)"] += 1
+                self.happened[KILLED_AIMED] += 1
         if index is None:
             # Any worker but the stopped one (its SIGCONT is part of the fault).
             stopped = self.stopped[0] if self.stopped else None
             running = [n for n, w in enumerate(self.system.workers) if w.pid != stopped]
             index = self.chooser.choice(running)
-            self.happened["SIGKILL at a random moment"] += 1
+            self.happened[KILLED_AT_RANDOM] += 1
         self.kills_left -= 1
         self.killed += 1
         self.next_kill = time.monotonic() + self.chooser.uniform(*self.plan.kill_gap)

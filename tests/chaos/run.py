@@ -34,6 +34,8 @@ from ..jobs.outcomes import finished, verdict_of
 from .checker import Acknowledged, Verdict
 from .clients import Client
 from .faults import (
+    KILLED_AIMED,
+    KILLED_AT_RANDOM,
     TIMEOUT_AFTER_ACCEPT,
     UNDELIVERABLE,
     Injector,
@@ -257,10 +259,7 @@ def complaints(outcome: Outcome, plan: Plan) -> list[str]:
     happened, a dead letter nothing explains, a requeue that did not take."""
     wrong = []
     happened = outcome.happened
-    kills = (
-        happened["SIGKILL at a random moment"]
-        + happened["SIGKILL mid-send (accepted, not yet answered)"]
-    )
+    kills = happened[KILLED_AT_RANDOM] + happened[KILLED_AIMED]
     expected = {
         "kills": (kills, plan.kills),
         "Redis flushes": (happened["Redis flushed"], 1),
