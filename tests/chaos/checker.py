@@ -13,7 +13,9 @@ against what the provider accepted and what the database says, and print one lin
 - out of order: a recipient's messages the provider accepted in another order than the API
   acknowledged them, counted per message sent before one whose acknowledgement came
   before this one was even asked for (two requests in flight at once have no order
-  between them), unless its timeline says it went past a retry held too long;
+  between them), unless its timeline says it went past a retry held too long; a message
+  an operator requeued goes when they say, and nothing sent before it is out of order
+  for that;
 - unexplained: a send the provider accepted that names no acknowledged message, a message
   the database calls sent with no send the provider accepted, or one the provider
   accepted that the database ended on our own account (canceled, expired, exhausted);
@@ -162,7 +164,7 @@ def _out_of_order(
 ) -> list[int]:
     """Each message accepted at the provider before one of its recipient's messages that
     the API had acknowledged before this one was asked for (first copies only), unless
-    it was held too long."""
+    it was held too long or that one was requeued."""
     first: dict[int, float] = {}
     for send in sorted(sends, key=lambda s: s.at):
         if send.message_id in acks:
@@ -170,11 +172,15 @@ def _out_of_order(
     by_recipient: dict[str, list[int]] = defaultdict(list)
     for message_id in sorted(first, key=first.__getitem__):
         by_recipient[acks[message_id].recipient].append(message_id)
+    # A message requeued by an operator goes again when they say, behind whatever its
+    # recipient was sent meanwhile: those are not out of order for going first.
+    requeued = {i for i, row in rows.items() if any(cycle > 0 for cycle, _, _ in row.changes)}
     wrong = []
     for order in by_recipient.values():
         for position, message_id in enumerate(order):
             asked = acks[message_id].asked
-            overtook = any(acks[o].at < asked for o in order[position + 1 :])
+            later = [o for o in order[position + 1 :] if o not in requeued]
+            overtook = any(acks[o].at < asked for o in later)
             row = rows.get(message_id)
             if overtook and not (row is not None and row.held_past_a_retry):
                 wrong.append(message_id)

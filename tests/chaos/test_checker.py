@@ -123,3 +123,21 @@ def test_a_repeated_key_keeps_the_first_answer() -> None:
     swapped = [Accepted(3, PEOPLE[1], at=10.5), *[s for s in sends if s.message_id != 3]]
     assert check(again, swapped, stored).out_of_order == [3]
     assert check(again, sends, stored).clean
+
+
+def test_a_message_sent_before_a_requeued_one_is_not_out_of_order() -> None:
+    """Person 1's message 1 was refused, then requeued by an operator and accepted after
+    message 3: the requeue put it there, so message 3 went in no wrong order."""
+    acks, sends, stored = a_clean_run()
+    late = [Accepted(1, PEOPLE[1], at=20.0), *[s for s in sends if s.message_id != 1]]
+    # Without the requeue on its timeline, message 3 went first wrongly.
+    assert check(acks, late, stored).out_of_order == [3]
+    requeued = (
+        (0, "queued", "sending"),
+        (0, "sending", "failed"),
+        (1, "failed", "queued"),
+        (1, "queued", "sending"),
+        (1, "sending", "sent"),
+    )
+    verdict = check(acks, late, with_stored(stored, 1, status="sent", changes=requeued))
+    assert verdict.out_of_order == [] and verdict.clean, verdict.line()
