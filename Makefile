@@ -55,7 +55,8 @@ faketime:
 test: install assets services browser faketime
 	@bash scripts/run-tests
 
-# The fault run at scale (tests/jobs/test_chaos_scale.py): 10,000 messages, 20 kills.
+# The fault run at scale (tests/jobs/test_chaos_scale.py, the run in tests/chaos/run.py):
+# 10,000 messages, 20 kills and every other fault; `make test` runs it at 1,000.
 chaos: install services
 	$(BIN)/pytest -p no:xdist -m chaos -s tests/jobs/test_chaos_scale.py
 

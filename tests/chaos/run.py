@@ -73,7 +73,9 @@ class Outcome:
         return (
             f"{self.verdict.line()}\n"
             f"intake {self.intake_seconds:.0f} s, sending {self.sending_seconds:.0f} s; "
-            f"faults that happened:\n{faults}\nthe slowest to leave the queue:\n{slowest}"
+            f"faults that happened:\n{faults}\nthe slowest to leave the queue:\n{slowest}\n"
+            f"logs with a traceback (each a fault's, or a crash): "
+            f"{', '.join(self.tracebacks) or 'none'}"
         )
 
 
