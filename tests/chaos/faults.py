@@ -9,6 +9,7 @@ lands mid-run; the kills at random moments drawn from the plan's seed:
 - SIGSTOP of a worker busy on a drain at 25 %, SIGCONT once its drain's lease has run out;
 - Redis flushed at a third (queues, scheduled rings, the worker registry);
 - PostgreSQL restarted in immediate mode at half (every connection cut mid-whatever);
+- from 60 %, connections cut mid-transaction one at a time, the server up;
 - the operator (`Operator`, its own thread): cancels through the API, pauses and resumes
   the identity through the CLI, requeues the dead letters through the CLI.
 
@@ -25,6 +26,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+import psycopg
 from redis import Redis
 from rq import Queue, Worker
 from rq.job import Job
@@ -45,6 +47,9 @@ RATE_LIMITED = "15550000004"  # 429 with Retry-After once per message, then acce
 UNDELIVERABLE = "15550000005"  # 400, 131026, every time: a dead letter to requeue
 
 KILLED_AT_RANDOM = "SIGKILL at a random moment"
+CUT_MID_TRANSACTION = "connection cut mid-transaction (server up)"
+# The run's own connections (its progress readings) carry this name: never cut.
+OBSERVER = "fault-run-observer"
 KILLED_AIMED = "SIGKILL of a worker draining while a send was accepted, not answered"
 
 
@@ -68,6 +73,9 @@ class Plan:
     # of the worker holding a drain stops that drain for its lease (16 s here), so kills
     # far apart make a long run of stalls one after another.
     kill_gap: tuple[float, float] = (0.3, 3.0)
+    # From 60 %: the server up, one backend at a time terminated in the middle of a
+    # transaction (the web's, a worker's, the sweeper's), a second or so apart.
+    transaction_cuts: int = 5
     seed: int = 35
 
     def recipients(self) -> list[str]:
@@ -103,6 +111,8 @@ class Injector:
         self.stop_since: float | None = None
         self.happened: Counter[str] = Counter()
         self.hanging_ids: set[int] = set()
+        self.cuts_left = plan.transaction_cuts
+        self.next_cut = 0.0
 
     def tick(self, progress: float, db: Database) -> None:
         now = time.monotonic()
@@ -122,6 +132,26 @@ class Injector:
             down = self.system.cluster.restart("immediate")
             self.happened["PostgreSQL restarted while sending"] += 1
             self.happened[f"  (down {down:.1f} s)"] += 1
+        if progress >= 0.6 and self.cuts_left and now >= self.next_cut:
+            self._cut_a_transaction()
+
+    def _cut_a_transaction(self) -> None:
+        """Terminate one backend of the system's that is inside a transaction now."""
+        try:
+            with psycopg.connect(self.system.cluster.dsn, autocommit=True) as connection:
+                cut = connection.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    " AND backend_type = 'client backend' AND xact_start IS NOT NULL"
+                    " AND application_name <> %s LIMIT 1",
+                    (OBSERVER,),
+                ).fetchone()
+        except psycopg.OperationalError:
+            return
+        if cut is not None and cut[0]:
+            self.cuts_left -= 1
+            self.next_cut = time.monotonic() + self.chooser.uniform(0.5, 2.0)
+            self.happened[CUT_MID_TRANSACTION] += 1
 
     def _kill(self, db: Database) -> None:
         index = None

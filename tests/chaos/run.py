@@ -34,8 +34,10 @@ from ..jobs.outcomes import finished, verdict_of
 from .checker import Acknowledged, Verdict
 from .clients import Client
 from .faults import (
+    CUT_MID_TRANSACTION,
     KILLED_AIMED,
     KILLED_AT_RANDOM,
+    OBSERVER,
     TIMEOUT_AFTER_ACCEPT,
     UNDELIVERABLE,
     Injector,
@@ -99,7 +101,7 @@ def chaos_run(
     }
     system = System(cluster, redis_url, logs, settings, host_prefix=host_prefix)
     app = make_app(
-        cluster.url,
+        f"{cluster.url}?application_name={OBSERVER}",
         redis_url,
         provider_timeout=PROVIDER_TIMEOUT,
         webhook_grace=WEBHOOK_GRACE,
@@ -151,7 +153,7 @@ def chaos_run(
             progress = done / len(ids)
             operator.progress = progress
             injector.tick(progress, env.db)
-            all_fired = not injector.kills_left and injector.stopped is None
+            all_fired = not (injector.kills_left or injector.cuts_left or injector.stopped)
             if done == len(ids) and all_fired and operator.finished.is_set():
                 break
             operator.stop.wait(0.1)
@@ -272,6 +274,7 @@ def complaints(outcome: Outcome, plan: Plan) -> list[str]:
         "pauses": (happened["pause (CLI)"], 1),
         "resumes": (happened["resume (CLI)"], 1),
         "requeues": (len(outcome.requeued), plan.requeues),
+        "cuts mid-transaction": (happened[CUT_MID_TRANSACTION], plan.transaction_cuts),
     }
     for what, (seen, wanted) in expected.items():
         if seen != wanted:
