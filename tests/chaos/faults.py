@@ -4,8 +4,9 @@ differ: `Plan`), and the injector that fires it while the messages go out.
 Sending-phase faults fire on progress (the share of messages finished), so every one
 lands mid-run; the kills at random moments drawn from the plan's seed:
 
-- SIGKILL of a worker at random moments (one of them aimed at a worker draining while a
-  send the sandbox accepted is not yet answered), each replaced by a fresh worker;
+- SIGKILL of a worker at random moments (one aimed at a worker draining while a send the
+  sandbox accepted is not yet answered, one made by the `AnswerGate` as an answer reaches
+  its worker), each replaced by a fresh worker;
 - SIGSTOP of a worker busy on a drain at 25 %, SIGCONT once its drain's lease has run out;
 - Redis flushed at a third (queues, scheduled rings, the worker registry);
 - PostgreSQL restarted in immediate mode at half (every connection cut mid-whatever);
@@ -38,6 +39,7 @@ from app.db import Database
 from app.models import Message
 from jobs.queues import queue_name
 
+from .answer_gate import AnswerGate
 from .clients import Client
 from .system import System
 
@@ -51,6 +53,7 @@ CUT_MID_TRANSACTION = "connection cut mid-transaction (server up)"
 # The run's own connections (its progress readings) carry this name: never cut.
 OBSERVER = "fault-run-observer"
 KILLED_AIMED = "SIGKILL of a worker draining while a send was accepted, not answered"
+KILLED_ANSWERED = "SIGKILL of a worker as the provider's answer reached it, before its record"
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,14 @@ class Plan:
 class Injector:
     """Fires the sending-phase faults as `tick(progress)` is called from the run's loop."""
 
-    def __init__(self, plan: Plan, system: System, redis: Redis, drain_lease: float) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        system: System,
+        redis: Redis,
+        drain_lease: float,
+        gate: AnswerGate | None = None,
+    ) -> None:
         self.plan = plan
         self.system = system
         self.redis = redis
@@ -105,6 +115,9 @@ class Injector:
         # The kill that waits for a send in flight: an early one, before the Redis flush
         # empties the registry that says which worker holds a drain.
         self.aimed = min(2, plan.kills - 1)
+        # The kill the gate makes, as an answer reaches its worker (`answer_gate.py`).
+        self.gate = gate
+        self.answered = self.aimed + 1 if plan.kills > 1 else -1
         self.aimed_since: float | None = None
         self.killed = 0
         self.stopped: tuple[int, float] | None = None  # (pid, when SIGCONT is due)
@@ -113,6 +126,11 @@ class Injector:
         self.hanging_ids: set[int] = set()
         self.cuts_left = plan.transaction_cuts
         self.next_cut = 0.0
+
+    def live_pids(self) -> list[int]:
+        """The workers the gate may kill: running, and not the stopped one."""
+        stopped = self.stopped[0] if self.stopped else None
+        return [w.pid for w in self.system.workers if w.poll() is None and w.pid != stopped]
 
     def tick(self, progress: float, db: Database) -> None:
         now = time.monotonic()
@@ -165,6 +183,16 @@ class Injector:
                 return
             if index is not None:
                 self.happened[KILLED_AIMED] += 1
+        if self.killed == self.answered and self.gate is not None:
+            self.aimed_since = self.aimed_since or time.monotonic()
+            if not self.gate.armed and self.gate.killed is None:
+                self.gate.arm()
+            if self.gate.killed is None and time.monotonic() - self.aimed_since < 20:
+                return
+            pid = self.gate.disarm()  # none: it found no answer in time, a random kill
+            index = next((n for n, w in enumerate(self.system.workers) if w.pid == pid), None)
+            if index is not None:
+                self.happened[KILLED_ANSWERED] += 1
         if index is None:
             # Any worker but the stopped one (its SIGCONT is part of the fault).
             stopped = self.stopped[0] if self.stopped else None
@@ -173,6 +201,7 @@ class Injector:
             self.happened[KILLED_AT_RANDOM] += 1
         self.kills_left -= 1
         self.killed += 1
+        self.aimed_since = None
         self.next_kill = time.monotonic() + self.chooser.uniform(*self.plan.kill_gap)
         victim = self.system.workers[index]
         if self.stopped is not None and victim.pid == self.stopped[0]:

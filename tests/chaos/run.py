@@ -21,21 +21,24 @@ from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from redis import Redis
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import DBAPIError
 
-from app.models import Message, MessageEvent
+from app.models import Identity, Message, MessageEvent
 
 from ..conftest import make_app
 from ..jobs.conftest import Env
 from ..jobs.outcomes import finished, verdict_of
+from .answer_gate import AnswerGate
 from .checker import Acknowledged, Verdict
 from .clients import Client
 from .faults import (
     CUT_MID_TRANSACTION,
     KILLED_AIMED,
+    KILLED_ANSWERED,
     KILLED_AT_RANDOM,
     OBSERVER,
     TIMEOUT_AFTER_ACCEPT,
@@ -112,6 +115,7 @@ def chaos_run(
     happened: Counter[str] = Counter()
     operator: Operator | None = None
     injector: Injector | None = None
+    gate: AnswerGate | None = None
     try:
         system.start_web()
         env.sandbox("POST", "/reset")
@@ -138,7 +142,19 @@ def chaos_run(
         operator.cancel(chooser.sample(ids, plan.cancels_in_intake), "in intake")
 
         began = time.monotonic()
-        injector = Injector(plan, system, redis, app.config["RATCHET"].drain_lease_seconds)
+        # The workers reach the sandbox through the gate, which can kill one as its
+        # answer arrives.
+        sandbox = urlsplit(sandbox_url)
+        gate = AnswerGate(sandbox.hostname or "127.0.0.1", sandbox.port or 80, lambda: live())
+        with env.db.transaction() as session:
+            session.execute(
+                update(Identity)
+                .where(Identity.id == number["identity_id"])
+                .values(base_url=f"{gate.url}/v21.0")
+            )
+        lease = app.config["RATCHET"].drain_lease_seconds
+        injector = Injector(plan, system, redis, lease, gate)
+        live = injector.live_pids
         injector.hanging_ids = {a.message_id for a in acks if a.recipient == TIMEOUT_AFTER_ACCEPT}
         system.start_workers(plan.workers)
         system.start_sweeper()
@@ -166,6 +182,8 @@ def chaos_run(
         if injector is not None:
             injector.release()
         system.stop()
+        if gate is not None:
+            gate.close()
         redis.close()
 
     env.db.engine.dispose()  # connections from before the restart
@@ -263,7 +281,7 @@ def complaints(outcome: Outcome, plan: Plan) -> list[str]:
     happened, a dead letter nothing explains, a requeue that did not take."""
     wrong = []
     happened = outcome.happened
-    kills = happened[KILLED_AT_RANDOM] + happened[KILLED_AIMED]
+    kills = happened[KILLED_AT_RANDOM] + happened[KILLED_AIMED] + happened[KILLED_ANSWERED]
     expected = {
         "kills": (kills, plan.kills),
         "Redis flushes": (happened["Redis flushed"], 1),
@@ -275,6 +293,7 @@ def complaints(outcome: Outcome, plan: Plan) -> list[str]:
         "resumes": (happened["resume (CLI)"], 1),
         "requeues": (len(outcome.requeued), plan.requeues),
         "cuts mid-transaction": (happened[CUT_MID_TRANSACTION], plan.transaction_cuts),
+        "kills as an answer arrived": (happened[KILLED_ANSWERED], 1 if plan.kills > 1 else 0),
     }
     for what, (seen, wanted) in expected.items():
         if seen != wanted:
