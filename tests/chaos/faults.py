@@ -187,7 +187,8 @@ class Injector:
             self.aimed_since = self.aimed_since or time.monotonic()
             if not self.gate.armed and self.gate.killed is None:
                 self.gate.arm()
-            if self.gate.killed is None and time.monotonic() - self.aimed_since < 20:
+            # Up to 40 s: a drain stalled by an earlier kill waits out its lease first.
+            if self.gate.killed is None and time.monotonic() - self.aimed_since < 40:
                 return
             pid = self.gate.disarm()  # none: it found no answer in time, a random kill
             index = next((n for n, w in enumerate(self.system.workers) if w.pid == pid), None)
