@@ -46,7 +46,10 @@ from ..jobs.redis_proxy import Proxy
 WEB_PORT = 8000  # each host has ports of its own
 UPLINK = "uplink"  # the link's name inside a host
 NAMES = re.compile(r"^rtch(\d+)h(\d+)$")  # a namespace of ours: rtch<pid>h<n>
-GUNICORN = [sys.executable, "-m", "gunicorn", "--workers", "1", "--threads", "4"]
+GUNICORN = [
+    *(sys.executable, "-m", "gunicorn", "--workers", "1", "--threads", "4"),
+    "--no-control-socket",  # each would take the one in the home directory
+]
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -107,10 +110,9 @@ class Host:
         self.processes.append(process)
         return process
 
-    def serve(self, environ: dict[str, str], limit: float = 30.0) -> subprocess.Popen:
-        """The web (gunicorn) on this host's address, once it answers /healthz."""
-        log_path = self.network.logs / f"{self.namespace}-web.log"
-        with log_path.open("w") as log:
+    def serve(self, environ: dict[str, str]) -> subprocess.Popen:
+        """The web (gunicorn) on this host's address (`answering` waits for it)."""
+        with (self.network.logs / f"{self.namespace}-web.log").open("w") as log:
             process = subprocess.Popen(
                 [*self.prefix, *GUNICORN, "--bind", f"{self.address}:{WEB_PORT}", "wsgi:app"],
                 cwd=ROOT,
@@ -121,15 +123,18 @@ class Host:
                 start_new_session=True,
             )
         self.processes.append(process)
+        return process
+
+    def answering(self, limit: float = 60.0) -> None:
+        """Wait until this host's web answers /healthz from here, over its link."""
         deadline = time.monotonic() + limit
         with httpx.Client(timeout=2) as client:
             while True:
                 with contextlib.suppress(httpx.HTTPError):
                     if client.get(f"{self.web_url}/healthz").status_code == 200:
-                        return process
-                assert process.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, f"no web on {self.namespace}: " + (
-                    log_path.read_text()
+                        return
+                assert time.monotonic() < deadline, f"no web on {self.namespace}: " + self.log(
+                    "web"
                 )
                 time.sleep(0.1)
 
