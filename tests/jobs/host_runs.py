@@ -1,8 +1,9 @@
 """Three hosts sending one identity (tests/jobs/test_hosts.py): the hosts up with the web
-and a campaign worker each and the sweeper on the first (`three_hosts`), a campaign posted
-through their webs (`post`), and what the database and the sandbox say of it afterwards:
-each message's claims (`claims_of`), the most sends the sandbox accepted in one second
-(`most_in_a_second`), the shards a host's worker is draining (`draining`).
+(`three_hosts`), a campaign posted through their webs (`post`), a campaign worker on each
+and the sweeper on the first (`HostRun.start_workers`), and what the database and the
+sandbox say of it: each message's claims (`claims_of`), the most sends the sandbox
+accepted in one second (`most_in_a_second`), the shards a host's worker is draining
+(`draining`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,15 @@ class HostRun:
     network: Network
     number: dict[str, Any]
     redis: Redis
+    settings: dict[str, str]  # a worker's environment, before a host's own
+
+    def start_workers(self) -> None:
+        """A campaign worker on each host and the sweeper on the first; once all three
+        workers are up (the drains the posts rang wait for them)."""
+        for host in self.network:
+            host.start("worker", ["worker", "--lane", LANE], host.environ(self.settings))
+        self.network[0].start("sweeper", ["sweep"], self.network[0].environ(self.settings))
+        self.wait_for("three workers", lambda: len(workers_of(self.redis)) == 3, limit=60)
 
     def wait_for(self, what: str, ready: Callable[[], bool], limit: float = 90.0) -> None:
         deadline = time.monotonic() + limit
@@ -60,8 +70,9 @@ class HostRun:
 
 @contextlib.contextmanager
 def three_hosts(env: Env, logs: Any, skews: dict[int, str] | None = None) -> Iterator[HostRun]:
-    """Three hosts, each with the web and a campaign worker, the sweeper on the first, and
-    one identity whose three shards any of them may drain; `skews` sets hosts' clocks."""
+    """Three hosts, each with the web up (`HostRun.start_workers` adds a campaign worker on
+    each and the sweeper), and one identity whose three shards any of them may drain;
+    `skews` sets hosts' clocks."""
     shard_on(env, shard_rate=SHARD_RATE)
     with hosts(
         3, logs=logs, pg_url=PG_URL, redis_url=env.config.redis_url, sandbox_url=env.sandbox_url
@@ -85,14 +96,11 @@ def three_hosts(env: Env, logs: Any, skews: dict[int, str] | None = None) -> Ite
         base = worker_env(env, **SETTINGS)
         for host in network:
             host.serve(host.environ(base))
-            host.start("worker", ["worker", "--lane", LANE], host.environ(base))
-        network[0].start("sweeper", ["sweep"], network[0].environ(base))
         redis = Redis.from_url(env.config.redis_url)
         try:
-            run = HostRun(env, network, number, redis)
+            run = HostRun(env, network, number, redis, base)
             for host in network:
                 host.answering()
-            run.wait_for("three workers", lambda: len(workers_of(redis)) == 3, limit=60)
             yield run
         finally:
             redis.close()
