@@ -3,8 +3,9 @@ each running the web and a campaign worker (the first the sweeper too), reaching
 PostgreSQL, Redis and the sandbox over their own veth links, and one identity in three
 shards so that every host sends it (tests/jobs/host_runs.py).
 
-- A host's link cut mid-drain: the messages it had claimed wait out their lease, then
-  another host claims them again; nothing lost, nothing accepted twice. Healed, the host
+- A host's link cut mid-drain, its drains' keys lost in Redis: the messages it had claimed
+  wait out their lease, then another host claims them again; nothing lost, nothing
+  accepted twice. Healed, the host
   comes back: its web takes messages again and its worker talks to Redis again.
 - Hosts 30 s ahead and 30 s behind while sending: every claim is stamped on the
   database's clock, no lease is taken over, nothing is sent twice.
@@ -26,9 +27,11 @@ from sqlalchemy import select
 from app.clock import utcnow
 from app.models import Message
 from app.shards import Shard
+from jobs.queues import drain_keys
 
 from .conftest import Env
 from .host_runs import (
+    LANE,
     RATE,
     HostRun,
     claims_of,
@@ -101,6 +104,11 @@ def test_a_host_cut_mid_drain_has_its_claims_taken_after_their_lease_and_none_se
         cut.cut()
         stranded = leased_in(run, ids, shards)  # it can claim nothing more now
         assert stranded, "the cut came after the host's sends had ended"
+        # Its drains' keys go too, as in a Redis failover at the same moment: the sweeper
+        # rings those shards at once, and only the messages' leases keep the host that
+        # drains them next from sending them again while the cut host may still be.
+        identity_id = run.number["identity_id"]
+        run.redis.delete(*[k for s in shards for k in drain_keys(identity_id, LANE, s)])
 
         # 2. The others finish everything, the stranded messages after their lease.
         run.wait_for("every message to finish", lambda: finished(env, ids) == len(ids))
