@@ -271,9 +271,10 @@ def forward(network: Network, service: str, url: str) -> None:
 
 @contextlib.contextmanager
 def hosts(
-    count: int, *, logs: Path, pg_url: str, redis_url: str, sandbox_url: str
+    count: int, *, logs: Path, pg_url: str, redis_url: str, sandbox_url: str | None = None
 ) -> Iterator[Network]:
-    """`count` hosts reaching PostgreSQL, Redis and the sandbox at `network.service`.
+    """`count` hosts reaching PostgreSQL, Redis and the sandbox (if given) at
+    `network.service`.
 
     On the way out every process a host started is stopped, the forwarders closed, and the
     namespaces, links and the block's route deleted."""
@@ -287,7 +288,8 @@ def hosts(
             add_host(network, index)
         forward(network, "postgresql", pg_url)
         forward(network, "redis", redis_url)
-        forward(network, "sandbox", sandbox_url)
+        if sandbox_url is not None:
+            forward(network, "sandbox", sandbox_url)
         yield network
     finally:
         try:
