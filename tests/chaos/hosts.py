@@ -46,6 +46,7 @@ from ..jobs.redis_proxy import Proxy
 WEB_PORT = 8000  # each host has ports of its own
 UPLINK = "uplink"  # the link's name inside a host
 NAMES = re.compile(r"^rtch(\d+)h(\d+)$")  # a namespace of ours: rtch<pid>h<n>
+BLOCKED = re.compile(r"^unreachable (10\.\d+\.0\.0/16) metric (\d+)$")  # a block of ours
 GUNICORN = [
     *(sys.executable, "-m", "gunicorn", "--workers", "1", "--threads", "4"),
     "--no-control-socket",  # each would take the one in the home directory
@@ -223,12 +224,17 @@ def free_block() -> str:
 
 
 def remove_stale() -> None:
-    """Namespaces an earlier run made and could not delete (it was killed)."""
+    """Namespaces and routes an earlier run made and could not delete (it was killed): the
+    namespaces are named, and the routes' metric is, after the pid of the run."""
     for line in ip("netns", "list").stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         found = NAMES.match(name)
         if found and not Path(f"/proc/{found.group(1)}").exists():
             ip("netns", "del", name, check=False)
+    for line in ip("-4", "route", "show", "type", "unreachable").stdout.splitlines():
+        found = BLOCKED.match(line.strip())
+        if found and not Path(f"/proc/{found.group(2)}").exists():
+            ip("route", "del", "unreachable", found.group(1), "metric", found.group(2))
 
 
 def add_host(network: Network, index: int) -> Host:
@@ -281,9 +287,9 @@ def hosts(
     require_namespaces()
     remove_stale()
     network = Network(logs, free_block())
-    blocked = f"{network.block}.0.0/16"
+    blocked = ["unreachable", f"{network.block}.0.0/16", "metric", str(os.getpid())]
     try:
-        ip("route", "add", "unreachable", blocked)
+        ip("route", "add", *blocked)
         for index in range(count):
             add_host(network, index)
         forward(network, "postgresql", pg_url)
@@ -300,4 +306,4 @@ def hosts(
             for host in network.hosts:
                 ip("netns", "del", host.namespace, check=False)
                 ip("link", "del", host.link, check=False)  # gone with its peer, if it was
-            ip("route", "del", "unreachable", blocked, check=False)
+            ip("route", "del", *blocked, check=False)

@@ -60,6 +60,22 @@ def test_what_was_made_is_deleted_when_the_body_fails(tmp_path: Path) -> None:
     assert f"{block}." not in ip("-4", "route", "show", "table", "all").stdout
 
 
+def test_what_a_killed_run_left_is_deleted_by_the_next(tmp_path: Path) -> None:
+    gone = dead_pid()
+    ip("netns", "add", f"rtch{gone}h0")
+    ip("route", "add", "unreachable", "10.250.0.0/16", "metric", str(gone))
+    with hosts(1, logs=tmp_path, pg_url=PG_URL, redis_url=REDIS_URL):
+        assert f"rtch{gone}h0" not in ip("netns", "list").stdout.split()
+        assert "10.250.0.0/16" not in ip("-4", "route").stdout
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended."""
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
 def test_without_iproute2_the_test_is_skipped_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
