@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import subprocess
 import time
 import uuid
 from collections import defaultdict
@@ -53,13 +54,16 @@ class HostRun:
     redis: Redis
     settings: dict[str, str]  # a worker's environment, before a host's own
 
-    def start_workers(self) -> None:
-        """A campaign worker on each host and the sweeper on the first; once all three
-        workers are up (the drains the posts rang wait for them)."""
-        for host in self.network:
+    def start_workers(self) -> list[subprocess.Popen]:
+        """A campaign worker on each host (returned, in the hosts' order) and the sweeper on
+        the first; once all three workers are up (the drains the posts rang wait for them)."""
+        workers = [
             host.start("worker", ["worker", "--lane", LANE], host.environ(self.settings))
+            for host in self.network
+        ]
         self.network[0].start("sweeper", ["sweep"], self.network[0].environ(self.settings))
         self.wait_for("three workers", lambda: len(workers_of(self.redis)) == 3, limit=60)
+        return workers
 
     def wait_for(self, what: str, ready: Callable[[], bool], limit: float = 90.0) -> None:
         deadline = time.monotonic() + limit
