@@ -166,6 +166,8 @@ def roll(endpoint_id: int) -> ResponseReturnValue:
         if not isinstance(payload, dict) or set(payload) - {"overlap_seconds"}:
             return json_error(400, "the body may only be an object with `overlap_seconds`")
         overlap = payload.get("overlap_seconds", DEFAULT_OVERLAP)
+        if isinstance(overlap, float) and overlap.is_integer():
+            overlap = int(overlap)  # an integer to JSON Schema, as the document's type says
     if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap <= MAX_OVERLAP:
         return json_error(400, f"overlap_seconds: must be a whole number from 0 to {MAX_OVERLAP}")
     with get_db().transaction() as session:
