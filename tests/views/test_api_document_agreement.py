@@ -136,3 +136,22 @@ def test_an_overlap_with_a_fraction_or_out_of_range_is_still_a_400(
     answer = roll(client, world, overlap)
     assert answer.status_code == 400
     assert "overlap_seconds" in answer.get_json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "sent", "status"),
+    [
+        ("get", "/webhooks/whatsapp", "/webhooks/whatsapp?hub.mode=%00", 400),
+        ("get", "/webhooks/messenger", "/webhooks/messenger?hub.challenge=a%00", 400),
+        ("post", "/webhooks/twilio/{identity_id}", "/webhooks/twilio/AAA", 404),
+        ("post", "/webhooks/twilio/{identity_id}", "/webhooks/twilio/99999999999999999999", 404),
+    ],
+)
+def test_a_provider_route_documents_what_it_answers_before_its_own_checks(
+    client: FlaskClient, method: str, path: str, sent: str, status: int
+) -> None:
+    document = client.get("/v1/openapi.json").get_json()
+    assert str(status) in document["paths"][path][method]["responses"]
+    answer = client.open(sent, method=method.upper())
+    assert answer.status_code == status
+    assert answer.get_json()["error"]
