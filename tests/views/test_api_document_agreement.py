@@ -87,7 +87,10 @@ def test_a_list_filter_time_of_digits_alone_is_a_400_naming_it(
 def test_a_list_filter_time_in_iso_8601_still_filters(client: FlaskClient, world: World) -> None:
     answer = client.get(
         "/v1/messages",
-        query_string={"created_since": "2026-11-30T12:00:00Z", "updated_since": "2026-11-30 12:00Z"},
+        query_string={
+            "created_since": "2026-11-30T12:00:00Z",
+            "updated_since": "2026-11-30 12:00Z",
+        },
         headers={"Authorization": f"Bearer {world.api_key}"},
     )
     assert answer.status_code == 200, answer.get_data(as_text=True)
