@@ -64,6 +64,9 @@ def _body(required: set[str]) -> dict[str, Any]:
         raise RequestError(f"{sorted(missing)[0]}: is required")
     if "enabled" in payload and not isinstance(payload["enabled"], bool):
         raise RequestError("enabled: must be true or false")
+    if "events" in payload:
+        # Checked here too: a change would take `null` for "leave them as they are".
+        repo.check_events(payload["events"])
     return payload
 
 

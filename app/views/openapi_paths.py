@@ -66,6 +66,7 @@ def _endpoint_input(required: list[str]) -> dict[str, Any]:
                         "url": {"type": "string", "maxLength": 2000, "description": _URL_RULES},
                         "events": {
                             "type": "array",
+                            "minItems": 1,
                             "items": {"type": "string", "enum": list(EVENTS)},
                             "description": "which changes it receives (default: all)",
                         },

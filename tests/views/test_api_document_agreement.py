@@ -158,3 +158,18 @@ def test_a_provider_route_documents_what_it_answers_before_its_own_checks(
     answer = client.open(sent, method=method.upper())
     assert answer.status_code == status
     assert answer.get_json()["error"]
+
+
+@pytest.mark.parametrize("events", [None, [], "message.sent", ["message.sent", "nope"]])
+def test_a_change_of_events_to_no_list_of_known_events_is_a_400_and_changes_nothing(
+    client: FlaskClient, world: World, events: object
+) -> None:
+    auth = {"Authorization": f"Bearer {world.api_key}"}
+    created = client.post(
+        "/v1/callback-endpoints", json={"url": LOCAL, "events": ["message.sent"]}, headers=auth
+    )
+    path = f"/v1/callback-endpoints/{created.get_json()['id']}"
+    answer = client.patch(path, json={"events": events}, headers=auth)
+    assert answer.status_code == 400, answer.get_data(as_text=True)
+    assert "events" in answer.get_json()["error"]
+    assert client.get(path, headers=auth).get_json()["events"] == ["message.sent"]
