@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from app.providers.base import FailureClass
-from app.sendrequest import MAX_ID, NUL, RequestError
+from app.sendrequest import MAX_ID, NUL, RequestError, iso_text
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
@@ -84,6 +84,11 @@ class ListQuery(BaseModel):
         if not _RECIPIENT.fullmatch(cleaned):
             raise ValueError("is not a phone number or a Messenger / Instagram user id")
         return cleaned
+
+    @field_validator("created_since", "updated_since", mode="before")
+    @classmethod
+    def _iso_text(cls, value: object) -> object:
+        return iso_text(value)
 
     @field_validator("created_since", "updated_since")
     @classmethod

@@ -30,6 +30,10 @@ NUL = "\x00"  # PostgreSQL text cannot hold it
 E164_DIGITS = re.compile(r"[1-9][0-9]{6,14}")
 PAGE_SCOPED_ID = re.compile(r"[0-9A-Za-z_-]{1,100}")
 PHONE_PROVIDERS = ("whatsapp", "twilio")
+# How an ISO 8601 date and time starts. Pydantic would read text of digits alone ("0",
+# "1796040000") as Unix time, which the document's `date-time` does not allow.
+ISO_DATE_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ]")
+TIME_WORDS = "must be an ISO 8601 date and time with its offset"
 # How far ahead `send_at` may be, and the longest validity (`app/schedule.py`).
 MAX_AHEAD_SECONDS = 35 * 86400
 
@@ -124,9 +128,7 @@ class SendRequest(BaseModel):
     @classmethod
     def _text_times_only(cls, value: Any) -> Any:
         # Pydantic would read a bare number as Unix time; the API takes ISO 8601 text.
-        if value is not None and not isinstance(value, str):
-            raise ValueError("must be an ISO 8601 date and time with its offset")
-        return value
+        return iso_text(value)
 
     @field_validator("send_at", "expires_at")
     @classmethod
@@ -153,6 +155,14 @@ class SendRequest(BaseModel):
         if value is not None and _holds_nul(value.model_dump()):
             raise ValueError("must not contain NUL characters")
         return value
+
+
+def iso_text(value: Any) -> Any:
+    """`value` if it is None or text that starts as an ISO 8601 date and time does; a
+    number, or text of digits (Unix time to Pydantic), is a `ValueError`."""
+    if value is not None and not (isinstance(value, str) and ISO_DATE_TIME.match(value)):
+        raise ValueError(TIME_WORDS)
+    return value
 
 
 def _holds_nul(value: Any) -> bool:

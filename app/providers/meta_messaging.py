@@ -218,8 +218,10 @@ class MetaMessagingProvider:
             mids = [*mids, single]
         watermark = receipt.get("watermark")
         when = event.get("timestamp", watermark)
+        # The field the time was read from, for the error that names it.
+        when_path = f"{where}.timestamp" if "timestamp" in event else f"{where}.watermark"
         if mids:
-            provider_time = _ms_time(when, f"{where}.timestamp")
+            provider_time = _ms_time(when, when_path)
             for j, mid in enumerate(mids):
                 if not isinstance(mid, str) or not mid:
                     raise WebhookFormatError(f"{where}.mids[{j}] is not a message id")
@@ -244,19 +246,18 @@ class MetaMessagingProvider:
                 recipient=customer,
                 status=status,
                 watermark_ms=watermark_ms,
-                provider_time=_ms_time(when, f"{where}.timestamp"),
+                provider_time=_ms_time(when, when_path),
                 raw=event,
             )
         )
 
     def _entries(self, payload: Any) -> list[dict[str, Any]]:
         if not isinstance(payload, dict) or payload.get("object") != self.object_name:
-            raise WebhookFormatError(
-                f"not a {self.name} webhook: 'object' is not {self.object_name!r}"
-            )
+            # The view says whose webhook it is not; these say what is wrong.
+            raise WebhookFormatError(f"'object' is not {self.object_name!r}")
         entries = payload.get("entry")
         if not isinstance(entries, list):
-            raise WebhookFormatError(f"not a {self.name} webhook: 'entry' is not a list")
+            raise WebhookFormatError("'entry' is not a list")
         return [object_at(entry, f"entry[{e}]") for e, entry in enumerate(entries)]
 
 

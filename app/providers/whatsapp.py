@@ -245,10 +245,10 @@ def _inbound(routing_id: str, item: Any, path: str) -> InboundMessage:
 def _changes(payload: Any) -> list[tuple[str, str | None, dict[str, Any]]]:
     """(path, field, value) of every change, after checking the envelope."""
     if not isinstance(payload, dict) or payload.get("object") != OBJECT:
-        raise WebhookFormatError(f"not a WhatsApp webhook: 'object' is not {OBJECT!r}")
+        raise WebhookFormatError(f"'object' is not {OBJECT!r}")
     entries = payload.get("entry")
     if not isinstance(entries, list):
-        raise WebhookFormatError("not a WhatsApp webhook: 'entry' is not a list")
+        raise WebhookFormatError("'entry' is not a list")
     found = []
     for e, entry in enumerate(entries):
         entry = object_at(entry, f"entry[{e}]")
@@ -259,7 +259,11 @@ def _changes(payload: Any) -> list[tuple[str, str | None, dict[str, Any]]]:
             if value is None:
                 continue
             found.append(
-                (f"{path}.value", str_or_none(change.get("field")), object_at(value, path))
+                (
+                    f"{path}.value",
+                    str_or_none(change.get("field")),
+                    object_at(value, f"{path}.value"),
+                )
             )
     return found
 

@@ -64,6 +64,9 @@ def _body(required: set[str]) -> dict[str, Any]:
         raise RequestError(f"{sorted(missing)[0]}: is required")
     if "enabled" in payload and not isinstance(payload["enabled"], bool):
         raise RequestError("enabled: must be true or false")
+    if "events" in payload:
+        # Checked here too: a change would take `null` for "leave them as they are".
+        repo.check_events(payload["events"])
     return payload
 
 
@@ -166,6 +169,8 @@ def roll(endpoint_id: int) -> ResponseReturnValue:
         if not isinstance(payload, dict) or set(payload) - {"overlap_seconds"}:
             return json_error(400, "the body may only be an object with `overlap_seconds`")
         overlap = payload.get("overlap_seconds", DEFAULT_OVERLAP)
+        if isinstance(overlap, float) and overlap.is_integer():
+            overlap = int(overlap)  # an integer to JSON Schema, as the document's type says
     if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap <= MAX_OVERLAP:
         return json_error(400, f"overlap_seconds: must be a whole number from 0 to {MAX_OVERLAP}")
     with get_db().transaction() as session:

@@ -66,6 +66,7 @@ def _endpoint_input(required: list[str]) -> dict[str, Any]:
                         "url": {"type": "string", "maxLength": 2000, "description": _URL_RULES},
                         "events": {
                             "type": "array",
+                            "minItems": 1,
                             "items": {"type": "string", "enum": list(EVENTS)},
                             "description": "which changes it receives (default: all)",
                         },
@@ -88,6 +89,7 @@ def callback_endpoint_paths() -> dict[str, Any]:
         {"name": "endpoint_id", "in": "path", "required": True, "schema": {"type": "integer"}}
     ]
     missing = _error("No callback endpoint of yours has that id.")
+    keyless = _error("No valid API key.")
     return {
         "/v1/callback-endpoints": {
             "post": {
@@ -135,7 +137,11 @@ def callback_endpoint_paths() -> dict[str, Any]:
             "get": {
                 "summary": "One callback endpoint",
                 "operationId": "getCallbackEndpoint",
-                "responses": {"200": {"description": "The endpoint.", **one}, "404": missing},
+                "responses": {
+                    "200": {"description": "The endpoint.", **one},
+                    "401": keyless,
+                    "404": missing,
+                },
             },
             "patch": {
                 "summary": "Change an endpoint's URL, events or enabled",
@@ -146,13 +152,14 @@ def callback_endpoint_paths() -> dict[str, Any]:
                 "responses": {
                     "200": {"description": "Changed.", **one},
                     "400": _error("Not JSON, an unknown field or event, or a URL refused."),
+                    "401": keyless,
                     "404": missing,
                 },
             },
             "delete": {
                 "summary": "Remove an endpoint and its undelivered callbacks",
                 "operationId": "deleteCallbackEndpoint",
-                "responses": {"204": {"description": "Removed."}, "404": missing},
+                "responses": {"204": {"description": "Removed."}, "401": keyless, "404": missing},
             },
         },
         "/v1/callback-endpoints/{endpoint_id}/roll-secret": {
@@ -184,6 +191,7 @@ def callback_endpoint_paths() -> dict[str, Any]:
                 "responses": {
                     "200": {"description": "Rolled; `secret` is shown this once.", **one},
                     "400": _error("A body other than `overlap_seconds` in range."),
+                    "401": keyless,
                     "404": missing,
                 },
             },

@@ -12,6 +12,7 @@ from typing import Any
 
 from app.listquery import ListQuery
 from app.views.openapi import document as base_document
+from app.views.openapi_webhooks import add_provider_refusals
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -105,6 +106,7 @@ def document() -> dict[str, Any]:
     document = base_document()
     paths = document["paths"]
     paths["/v1/messages"]["get"] = list_operation()
+    add_provider_refusals(paths)
     for path, operations in paths.items():
         if not path.startswith("/v1/"):
             continue

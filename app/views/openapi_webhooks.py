@@ -60,3 +60,15 @@ def messenger_webhook() -> dict[str, Any]:
             },
         }
     }
+
+
+def add_provider_refusals(paths: dict[str, Any]) -> None:
+    """Answers every provider route gives before its own checks: a NUL in a query
+    parameter is a 400 (`app/inputs.py`), and a Twilio identity id that is not a whole
+    number of at most 19 digits matches no route (404)."""
+    nul = _error("A NUL character in a parameter.")
+    for path in ("/webhooks/whatsapp", "/webhooks/messenger"):
+        paths[path]["get"]["responses"]["400"] = nul
+    paths["/webhooks/twilio/{identity_id}"]["post"]["responses"]["404"] = _error(
+        "The identity id is not a whole number from 0 to 2^63 - 1."
+    )

@@ -158,7 +158,8 @@ def _arrival(
             provider = _provider_by_object(by_object, payload)
         routing_ids = provider.routing_ids(payload)
     except (BodyError, WebhookFormatError) as exc:
-        return json_error(400, f"not a {provider.name} webhook: {exc}")
+        article = "an" if provider.name[0] in "aeiou" else "a"  # an instagram webhook
+        return json_error(400, f"not {article} {provider.name} webhook: {exc}")
     if not routing_ids and provider.name == "whatsapp" and business_account_ids(payload):
         # Account, template and quality events: they name the business account alone.
         return receive_account_delivery(provider, raw, kept_headers(request.headers), payload)

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..conftest import PG_URL, SECRET_KEY
@@ -21,10 +22,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PR_SET_PDEATHSIG = 1
 
 
-def start(name: str, args: list[str], env: dict[str, str], logs: Path) -> subprocess.Popen:
+def start(
+    name: str, args: list[str], env: dict[str, str], logs: Path, prefix: Sequence[str] = ()
+) -> subprocess.Popen:
+    """`prefix` goes before the command: one that runs it elsewhere and then is it
+    (`ip netns exec NAME`, which execs in place, so the process is still this one)."""
     with (logs / f"{name}.log").open("w") as log:  # the child keeps its own descriptor
         return subprocess.Popen(
-            [sys.executable, "-m", "flask", "--app", "wsgi", *args],
+            [*prefix, sys.executable, "-m", "flask", "--app", "wsgi", *args],
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -1,5 +1,6 @@
-"""A TCP forwarder to Redis that a test can cut, so that Redis is down for whoever goes
-through it (`Proxy`).
+"""A TCP forwarder that a test can cut, so that Redis (or whatever it forwards to) is down
+for whoever goes through it (`Proxy`). It also forwards from another address than the
+loopback one: tests/chaos/hosts.py listens with it where network namespaces reach it.
 """
 
 from __future__ import annotations
@@ -7,26 +8,33 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections import Counter
 
 
 class Proxy:
-    """A TCP forwarder to Redis that can be cut: 'Redis is down' for whoever uses it."""
+    """A TCP forwarder to Redis that can be cut: 'Redis is down' for whoever uses it.
 
-    def __init__(self, port: int) -> None:
-        self.target = ("127.0.0.1", port)
+    `listen_host` is the address it listens on, `target_host` the one it forwards to;
+    `sent` counts the bytes each client address sent through it."""
+
+    def __init__(
+        self, port: int, listen_host: str = "127.0.0.1", target_host: str = "127.0.0.1"
+    ) -> None:
+        self.target = (target_host, port)
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(16)
+        self.listener.bind((listen_host, 0))
+        self.listener.listen(64)
         self.port = self.listener.getsockname()[1]
         self.sockets: list[socket.socket] = []
+        self.sent: Counter[str] = Counter()
         self.down = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
         while True:
             try:
-                client, _ = self.listener.accept()
+                client, (peer, _) = self.listener.accept()
             except OSError:
                 return
             if self.down:
@@ -38,14 +46,15 @@ class Proxy:
                 client.close()
                 upstream.close()
                 continue
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, sender in ((client, upstream, peer), (upstream, client, None)):
+                threading.Thread(target=self._pipe, args=(a, b, sender), daemon=True).start()
 
-    @staticmethod
-    def _pipe(a: socket.socket, b: socket.socket) -> None:
+    def _pipe(self, a: socket.socket, b: socket.socket, sender: str | None) -> None:
         try:
             while data := a.recv(65536):
                 b.sendall(data)
+                if sender is not None:
+                    self.sent[sender] += len(data)
         except OSError:
             pass
         finally:
