@@ -158,8 +158,11 @@ class SendRequest(BaseModel):
 
 
 def iso_text(value: Any) -> Any:
-    """`value` if it is None or text that starts as an ISO 8601 date and time does; a
-    number, or text of digits (Unix time to Pydantic), is a `ValueError`."""
+    """`value` if it is None, a `datetime` (our own callers' filters), or text that starts
+    as an ISO 8601 date and time does; a number, or text of digits (Unix time to
+    Pydantic), is a `ValueError`."""
+    if isinstance(value, datetime):
+        return value
     if value is not None and not (isinstance(value, str) and ISO_DATE_TIME.match(value)):
         raise ValueError(TIME_WORDS)
     return value
