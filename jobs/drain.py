@@ -155,7 +155,8 @@ class Drain:
             while True:
                 if not renew_drain(*self._keys, token, self.lease_ms, self.shard):
                     # Taken over after our key expired: the new holder owns the dirty flag.
-                    # Our claims are ours still (leased): each is called or stands down.
+                    # Our calls in flight are all begun (a step claims no more than the
+                    # free threads): they end and are counted.
                     self._collect(watch=False)
                     return self._summary("another drain holds this identity and lane now")
                 clear_dirty(*self._keys, self.shard)
@@ -236,16 +237,16 @@ class Drain:
             self._capped = False
             self._collect(watch=self.lane == "reply")
             return _Step()
-        # With calls in flight, a reply drain takes no more than the free threads: a reply
-        # must not queue behind a slow call. Otherwise up to the pool's room: a pool's worth
-        # waits behind the running calls, so against a provider that answers late every
-        # thread stays busy and claims come in large batches (bench/send_rate.py
-        # --latency). A queued call that could start only past its lease's latest start
-        # stands down and gives its message back, due again (`stand_down`): the room
-        # bounds that waste.
-        replying = self.lane == "reply" and self._in_flight
-        cap = self._in_flight.free if replying else self._in_flight.room
-        # More due than this step takes: look again before every call has ended (`_collect`).
+        # With calls in flight (a reply drain looking again), no more than the free call
+        # threads: a reply claimed now must not queue behind a slow call. Otherwise up to
+        # twice the threads: the second half queues behind the first, halving the claim's
+        # cost per message; a queued call that could start only past its lease's latest
+        # start (a slow provider) stands down and gives its message back unsent, due again
+        # at once (`stand_down`), and the cap bounds that waste.
+        threads = self._in_flight.threads
+        cap = self._in_flight.free if self._in_flight else 2 * threads
+        # More due than this step takes: a reply drain looks again as soon as a thread is
+        # free, instead of waiting for every call (`_collect`).
         self._capped = want > cap or want >= self.config.drain_batch
         want = min(want, cap)
         # 2. Pacing slots, on Redis's clock. Waiting for one is never an attempt.
@@ -306,20 +307,19 @@ class Drain:
     def _collect(self, *, watch: bool, refill: bool = False) -> None:
         """Wait for the calls in flight and record their ends, a batch at a time.
 
-        `refill`: return when the last step left messages due for want of room and there
-        is enough again (half a pool, or one free thread on the reply lane), so the calls
-        in flight follow the pace (rate x answer time), not one batch at a time.
+        `refill`: return when the last step left messages due for want of call threads and
+        enough are free again (a batch's worth, or one on the reply lane), so the calls in
+        flight follow the pace (rate x answer time), not one batch at a time.
         `watch` (the reply lane): also return as soon as a ring arrives while a call thread
         is free, so a reply committed during another reply's call is claimed and sent now,
         not after that call and its record. The calls left in flight are collected by a
         later step, and all of them before the drain lets go.
         """
-        threads = self._in_flight.threads
-        enough = 1 if watch else max(min(self.config.drain_batch, threads), threads // 2)
+        enough = 1 if watch else min(self.config.drain_batch, self._in_flight.threads)
         try:
             while self._in_flight:
                 free = self._in_flight.free
-                if refill and self._capped and (free if watch else self._in_flight.room) >= enough:
+                if refill and self._capped and free >= enough:
                     return  # what is already due waits for a thread, not for every call
                 # Polling only while a ring could be acted on: with every thread busy, the
                 # next call to end is what to wait for.

@@ -38,12 +38,6 @@ class InFlight:
         """Call threads not busy with a call of ours."""
         return self.threads - len(self._calls)
 
-    @property
-    def room(self) -> int:
-        """Calls that may still be submitted: a pool's worth may wait behind those running,
-        so a drain claims its next batch before a thread frees up, not after."""
-        return 2 * self.threads - len(self._calls)
-
     def submit(self, batch: Iterable[Prepared], send: Callable[[Prepared], Called]) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix=self._name)

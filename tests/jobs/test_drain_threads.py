@@ -90,32 +90,3 @@ def test_a_call_queued_past_its_latest_start_gives_its_message_back_uncounted(
         ).all()
     assert outcomes == ["stood_down", "accepted"]
     assert env.message(stuck).unknown_attempts == 1  # the deadline: an unknown outcome
-
-
-def test_a_campaign_drain_claims_its_next_batch_while_every_thread_is_busy(env: Env) -> None:
-    """Against a provider that answers late, the next batch is claimed while the calls
-    before it are still running, to wait behind them, so no thread idles between batches
-    (a step used to claim only once threads were free: every thread waited out each
-    step's claim). Seen in the attempts: a later claim falls inside an earlier attempt's
-    span, from its claim to its record."""
-    number = env.number(statuses=[], answer_delay_ms=300, rate_limit_mps=None)
-    identity_id = number["identity_id"]
-    env.set_rates(number, campaign_rate=500.0, total_rate=500.0)
-    ids = [env.send(number, f"1555712{n:04d}", lane="campaign") for n in range(10)]
-    redis = env.app.extensions["ratchet.redis"]
-    redis.set(drain_keys(identity_id, "campaign")[0], "busy", px=60_000)
-    config = dataclasses.replace(env.config, drain_batch=2, drain_concurrency=2)
-
-    summary = Drain(env.db, env.box, config, redis, Pacer(redis), identity_id, "campaign").run(
-        "busy"
-    )
-
-    assert "10 accepted" in summary, summary
-    with env.db.transaction() as session:
-        spans = session.execute(
-            select(Attempt.started_at, Attempt.finished_at).where(Attempt.message_id.in_(ids))
-        ).all()
-    assert len(spans) == 10 and all(end is not None for _, end in spans)
-    claims = sorted({start for start, _ in spans})
-    overlapped = [t for t in claims if any(start < t < end for start, end in spans)]
-    assert overlapped, spans
