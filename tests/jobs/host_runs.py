@@ -26,7 +26,7 @@ from rq import Worker
 from rq.job import Job
 from sqlalchemy import select, update
 
-from app.models import Identity, MessageEvent
+from app.models import Attempt, Identity, MessageEvent
 
 from ..chaos.checker import Acknowledged
 from ..chaos.hosts import Host, Network, hosts
@@ -189,3 +189,20 @@ def most_in_a_second(times: list[float]) -> int:
             start += 1
         most = max(most, end - start + 1)
     return most
+
+
+def requests_of(env: Env, number: dict, ids: list[int]) -> dict[int, list[float]]:
+    """Each message's requests at the sandbox (by its provider key), their arrival times
+    in order; a message never requested is absent."""
+    with env.db.transaction() as session:
+        keys = dict(
+            session.execute(
+                select(Attempt.provider_key, Attempt.message_id).where(Attempt.message_id.in_(ids))
+            ).all()
+        )
+    times: dict[int, list[float]] = defaultdict(list)
+    for request in env.requests(number):
+        message_id = keys.get(str(request.get("idempotency_key")))
+        if message_id is not None:
+            times[message_id].append(request["time"])
+    return {message_id: sorted(at) for message_id, at in times.items()}
