@@ -127,7 +127,7 @@ def test_a_twilio_callback_whose_connection_dies_is_not_acknowledged_without_its
     assert row.last_error is not None and row.last_error["code"] == 63016
 
 
-def test_the_delivery_statement_meeting_a_dead_connection_before_any_status_is_a_500(
+def test_the_delivery_statement_meeting_a_dead_connection_before_any_status_is_a_503(
     client: FlaskClient, committed_db: Database
 ) -> None:
     """The step-by-step record: the raw delivery's own insert fails; nothing is kept, no
@@ -144,7 +144,7 @@ def test_the_delivery_statement_meeting_a_dead_connection_before_any_status_is_a
     with connection_lost_at(committed_db, "INSERT INTO webhook_deliveries") as killed:
         response = client.post("/webhooks/whatsapp", data=raw, headers=headers)
     assert killed
-    assert response.status_code == 500
+    assert response.status_code == 503 and response.headers["Retry-After"] == "2"
     assert stored(committed_db) == (0, 0)
 
 
@@ -218,7 +218,7 @@ def server_ends_connection_at(database: Database, table: str) -> Iterator[None]:
             connection.execute(text("DROP SEQUENCE test_connection_end"))
 
 
-def test_a_single_status_whose_record_loses_its_connection_is_a_500_and_the_redelivery_applies(
+def test_a_single_status_whose_record_loses_its_connection_is_a_503_and_the_redelivery_applies(
     client: FlaskClient, committed_db: Database
 ) -> None:
     world = make_world(committed_db, account_id=PHONE_NUMBER_ID, app_secret=SECRET)
@@ -226,7 +226,7 @@ def test_a_single_status_whose_record_loses_its_connection_is_a_500_and_the_rede
     raw = encode(status_body([status("wamid.GONE1", "delivered", at(5))]))
     with server_ends_connection_at(committed_db, "webhook_statuses"):
         response = deliver(client, raw)
-        assert response.status_code == 500
+        assert response.status_code == 503
         assert stored(committed_db) == (0, 0)  # one statement: nothing of it stands
         again = deliver(client, raw)
     assert again.status_code == 200 and again.get_json()["results"]["applied"] == 1
