@@ -12,12 +12,12 @@ posts and the operator's CLI, with every fault of `faults.py`; then the checker'
    every status webhook twice, shuffled and late.
 3. The checker's line, what happened (`Outcome.report`), and how long it took.
 
-On `hosts` hosts (tests/chaos/hosts.py: network namespaces on veth links) each host runs a
-web and campaign workers, the first also the sweeper and the operator's CLI; they reach
-the run's PostgreSQL cluster and Redis through the forwarders at the hosts' service
-address, and the sandbox through the answer gate listening at that address. The clients
-post through every host's web in turn. Where namespaces cannot be made, the run goes on
-this machine's network alone, and its report says so and why.
+On `hosts_wanted` hosts (tests/chaos/hosts.py: network namespaces on veth links) each
+host runs a web and campaign workers, the first also the sweeper and the operator's CLI;
+they reach the run's PostgreSQL cluster and Redis through the forwarders at the hosts'
+service address, and the sandbox through the answer gate listening at that address. The
+clients post through every host's web in turn. Where namespaces cannot be made, the run
+goes on this machine's network alone, and its report says so and why.
 """
 
 from __future__ import annotations
