@@ -4,7 +4,11 @@ accepted and answered, and the worker dies before it can record the answer.
 
 Armed, the gate waits for the next success answer (`HTTP/1.1 200`) coming down from the
 sandbox, finds the worker process that holds the connection's other end (the socket's
-inode, in /proc), hands the answer on and kills that process at once. Whether the worker
+inode, in the TCP table of the worker's own network namespace, /proc/PID/net/tcp), hands
+the answer on and kills that process at once. On several hosts the gate listens at the
+address the hosts reach this machine at (tests/chaos/hosts.py), so each worker connects to
+it straight over its link, and the connection's far end is the worker's own address and
+port, not a forwarder's. Whether the worker
 had read the answer or not, it had no time to write it down: the run then checks that
 the message is sent once, all the same.
 """
@@ -21,12 +25,19 @@ from pathlib import Path
 
 
 class AnswerGate:
-    def __init__(self, host: str, port: int, candidates: Callable[[], list[int]]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        candidates: Callable[[], list[int]],
+        listen_host: str = "127.0.0.1",
+    ) -> None:
         self.target = (host, port)
         self.candidates = candidates  # the pids it may kill: workers, never a stopped one
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
+        self.listener.bind((listen_host, 0))
+        self.listen_host = listen_host
         self.listener.listen(64)
         self.port = self.listener.getsockname()[1]
         self.sockets: list[socket.socket] = []
@@ -37,7 +48,7 @@ class AnswerGate:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.listen_host}:{self.port}"
 
     def arm(self) -> None:
         with self.lock:
@@ -98,27 +109,31 @@ class AnswerGate:
 
     @staticmethod
     def _holder(client: socket.socket, pids: list[int]) -> int | None:
-        """Which of `pids` holds the other end of this accepted connection."""
+        """Which of `pids` holds the other end of this accepted connection: its socket is
+        in the TCP table of that process's network namespace, local and remote ports
+        swapped with ours."""
         try:
             theirs, ours = client.getpeername()[1], client.getsockname()[1]
         except OSError:
             return None
-        inode = None
-        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-            fields = line.split()
-            local, remote = fields[1], fields[2]
-            if int(local.split(":")[1], 16) == theirs and int(remote.split(":")[1], 16) == ours:
-                inode = fields[9]
-                break
-        if inode is None:
-            return None
-        wanted = f"socket:[{inode}]"
         for pid in pids:
-            with contextlib.suppress(OSError):
-                for fd in os.listdir(f"/proc/{pid}/fd"):
-                    with contextlib.suppress(OSError):
-                        if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
-                            return pid
+            try:
+                table = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for line in table:
+                fields = line.split()
+                local, remote = fields[1], fields[2]
+                if int(local.split(":")[1], 16) != theirs:
+                    continue
+                if int(remote.split(":")[1], 16) != ours:
+                    continue
+                wanted = f"socket:[{fields[9]}]"
+                with contextlib.suppress(OSError):
+                    for fd in os.listdir(f"/proc/{pid}/fd"):
+                        with contextlib.suppress(OSError):
+                            if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
+                                return pid
         return None
 
     def close(self) -> None:

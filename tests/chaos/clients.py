@@ -2,11 +2,13 @@
 and a send that got no answer (the connection refused or cut, a timeout) or a 5xx is sent
 again with the same key until it is answered. Some cut their own connection on purpose
 first: the request written whole (or half of it), the socket closed before the answer.
-What each went through is counted (`Client.counts`).
+What each went through is counted (`Client.counts`). Given several webs (one per host),
+the client takes them in turn, one send or cancel each.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import struct
@@ -24,13 +26,19 @@ RETRY_FOR = 120.0  # seconds a send is retried before the run gives up on it
 
 
 class Client:
-    def __init__(self, base_url: str, api_key: str, identity_id: int) -> None:
-        self.base_url = base_url
+    def __init__(self, base_urls: list[str], api_key: str, identity_id: int) -> None:
+        self.base_urls = base_urls
         self.api_key = api_key
         self.identity_id = identity_id
-        self.http = httpx.Client(base_url=base_url, timeout=10)
+        self.https = [httpx.Client(base_url=url, timeout=10) for url in base_urls]
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self._turn = itertools.count()
+
+    def web(self) -> int:
+        """The next web's index, in turn."""
+        with self._lock:
+            return next(self._turn) % len(self.base_urls)
 
     def count(self, what: str) -> None:
         with self._lock:
@@ -46,14 +54,17 @@ class Client:
         """Send until answered; `cut_first` ("after-body" or "mid-body") first writes the
         request and closes the connection without reading the answer."""
         body = {"identity_id": self.identity_id, "to": to, "text": f"hello {key}"}
+        web = self.web()
         asked = time.time()
         if cut_first is not None:
-            self.cut(body, key, whole=cut_first == "after-body")
+            self.cut(self.base_urls[web], body, key, whole=cut_first == "after-body")
             self.count(f"connection cut by the client ({cut_first})")
         deadline = time.monotonic() + RETRY_FOR
         while True:
             try:
-                response = self.http.post("/v1/messages", json=body, headers=self.headers(key))
+                response = self.https[web].post(
+                    "/v1/messages", json=body, headers=self.headers(key)
+                )
             except httpx.TransportError as exc:
                 self.count(f"retried after {type(exc).__name__}")
             else:
@@ -68,9 +79,9 @@ class Client:
                 raise AssertionError(f"no answer for {key} in {RETRY_FOR} s")
             time.sleep(0.1)  # a client's back-off, not a wait for an event
 
-    def cut(self, body: dict[str, Any], key: str, *, whole: bool) -> None:
+    def cut(self, url: str, body: dict[str, Any], key: str, *, whole: bool) -> None:
         """Write the request (whole, or its first half) and close the socket unread."""
-        address = urlsplit(self.base_url)
+        address = urlsplit(url)
         payload = json.dumps(body).encode()
         head = (
             f"POST /v1/messages HTTP/1.1\r\nHost: {address.netloc}\r\n"
@@ -89,9 +100,10 @@ class Client:
     def cancel(self, message_id: int) -> bool:
         """Cancel through the API: True if canceled, False if too late (409)."""
         deadline = time.monotonic() + RETRY_FOR
+        web = self.web()
         while True:
             try:
-                response = self.http.post(
+                response = self.https[web].post(
                     f"/v1/messages/{message_id}/cancel",
                     json={"reason": "the fault run's operator"},
                     headers=self.headers(),
@@ -107,4 +119,5 @@ class Client:
             time.sleep(0.1)
 
     def close(self) -> None:
-        self.http.close()
+        for http in self.https:
+            http.close()

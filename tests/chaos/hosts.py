@@ -60,17 +60,25 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def require_namespaces() -> None:
-    """Skip, saying why, where this process cannot make network namespaces."""
+def namespaces_missing() -> str | None:
+    """Why this process cannot make network namespaces (None: it can)."""
     if shutil.which("ip") is None:
-        pytest.skip("no `ip` command (Debian's iproute2): the several-hosts tests need it")
+        return "no `ip` command (Debian's iproute2): several hosts need it"
     if os.geteuid() != 0:
-        pytest.skip("not root: the several-hosts tests make network namespaces and veth links")
+        return "not root: several hosts are network namespaces and veth links"
     probe = f"rtch{os.getpid()}probe"
     made = ip("netns", "add", probe, check=False)
     if made.returncode != 0:
-        pytest.skip(f"cannot make a network namespace (`ip netns add`): {made.stderr.strip()}")
+        return f"cannot make a network namespace (`ip netns add`): {made.stderr.strip()}"
     ip("netns", "del", probe, check=False)
+    return None
+
+
+def require_namespaces() -> None:
+    """Skip, saying why, where this process cannot make network namespaces."""
+    reason = namespaces_missing()
+    if reason is not None:
+        pytest.skip(reason)
 
 
 @dataclass

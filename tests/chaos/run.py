@@ -11,6 +11,13 @@ posts and the operator's CLI, with every fault of `faults.py`; then the checker'
    5xx and 429, accepts and then hangs for another, refuses another for good, and posts
    every status webhook twice, shuffled and late.
 3. The checker's line, what happened (`Outcome.report`), and how long it took.
+
+On `hosts_wanted` hosts (tests/chaos/hosts.py: network namespaces on veth links) each
+host runs a web and campaign workers, the first also the sweeper and the operator's CLI;
+they reach the run's PostgreSQL cluster and Redis through the forwarders at the hosts'
+service address, and the sandbox through the answer gate listening at that address. The
+clients post through every host's web in turn. Where namespaces cannot be made, the run
+goes on this machine's network alone, and its report says so and why.
 """
 
 from __future__ import annotations
@@ -47,8 +54,9 @@ from .faults import (
     Operator,
     Plan,
 )
+from .hosts import Network, hosts, namespaces_missing
 from .private_pg import PrivatePostgres
-from .system import HostPrefix, System, this_host
+from .system import System
 
 PROVIDER_TIMEOUT = 3.0
 WEBHOOK_GRACE = 2.0
@@ -68,6 +76,7 @@ class Outcome:
     requeued: list[int]
     dead: dict[int, tuple[str, str | None]]  # dead letters: recipient, failure class
     requeue_cycles: dict[int, int]  # requeued message: the cycles its changes reached
+    placement: str  # how many hosts, or why none
     slowest: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     tracebacks: list[str] = field(default_factory=list)
@@ -76,7 +85,7 @@ class Outcome:
         faults = "\n".join(f"  {name}: {n}" for name, n in sorted(self.happened.items()))
         slowest = "\n".join(f"  {line}" for line in self.slowest)
         return (
-            f"{self.verdict.line()}\n"
+            f"{self.verdict.line()}\n{self.placement}\n"
             f"intake {self.intake_seconds:.0f} s, sending {self.sending_seconds:.0f} s; "
             f"faults that happened:\n{faults}\nthe slowest to leave the queue:\n{slowest}\n"
             f"logs with a traceback (each a fault's, or a crash): "
@@ -90,7 +99,31 @@ def chaos_run(
     redis_url: str,
     sandbox_url: str,
     logs: Path,
-    host_prefix: HostPrefix = this_host,
+    hosts_wanted: int = 0,
+) -> Outcome:
+    """The run on `hosts_wanted` hosts (0: this machine's network)."""
+    missing = namespaces_missing() if hosts_wanted else None
+    if not hosts_wanted or missing is not None:
+        placement = "hosts 0: every process on this machine's network"
+        if missing is not None:
+            placement += f" ({hosts_wanted} wanted, but {missing})"
+        return _run(plan, cluster, redis_url, sandbox_url, logs, None, placement)
+    with hosts(hosts_wanted, logs=logs, pg_url=cluster.url, redis_url=redis_url) as network:
+        placement = (
+            f"hosts {hosts_wanted} (network namespaces on veth links): a web and "
+            f"campaign workers on each, the sweeper and the CLI on the first"
+        )
+        return _run(plan, cluster, redis_url, sandbox_url, logs, network, placement)
+
+
+def _run(
+    plan: Plan,
+    cluster: PrivatePostgres,
+    redis_url: str,
+    sandbox_url: str,
+    logs: Path,
+    network: Network | None,
+    placement: str,
 ) -> Outcome:
     settings = {
         "RATCHET_PROVIDER_TIMEOUT": str(PROVIDER_TIMEOUT),
@@ -102,7 +135,7 @@ def chaos_run(
         "RATCHET_SHARD_RATE": str(plan.shard_rate),
         "RATCHET_SHARD_MAX": "8",
     }
-    system = System(cluster, redis_url, logs, settings, host_prefix=host_prefix)
+    system = System(cluster, redis_url, logs, settings, network=network)
     app = make_app(
         f"{cluster.url}?application_name={OBSERVER}",
         redis_url,
@@ -128,7 +161,7 @@ def chaos_run(
         )
         rate = plan.campaign_rate
         env.set_rates(number, reply_rate=10.0, campaign_rate=rate, total_rate=rate + 10.0)
-        client = Client(system.url, number["api_key"], number["identity_id"])
+        client = Client(system.urls, number["api_key"], number["identity_id"])
         operator = Operator(plan, system, client, number["identity_id"], env.db)
 
         began = time.monotonic()
@@ -143,9 +176,11 @@ def chaos_run(
 
         began = time.monotonic()
         # The workers reach the sandbox through the gate, which can kill one as its
-        # answer arrives.
+        # answer arrives (on hosts, at the address they reach this machine at).
         sandbox = urlsplit(sandbox_url)
-        gate = AnswerGate(sandbox.hostname or "127.0.0.1", sandbox.port or 80, lambda: live())
+        listen = network.service if network is not None else "127.0.0.1"
+        target = (sandbox.hostname or "127.0.0.1", sandbox.port or 80)
+        gate = AnswerGate(*target, lambda: live(), listen_host=listen)
         with env.db.transaction() as session:
             session.execute(
                 update(Identity)
@@ -200,6 +235,7 @@ def chaos_run(
         operator.requeued,
         dead_letters(env, ids),
         requeue_cycles(env, operator.requeued),
+        placement,
         slowest(env, acks),
         operator.errors,
         system.tracebacks(),

@@ -40,7 +40,11 @@ class Proxy:
             if self.down:
                 client.close()
                 continue
-            upstream = socket.create_connection(self.target)
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:  # the target is down (PostgreSQL restarting): refused, as it
+                client.close()
+                continue
             self.sockets += [client, upstream]
             if self.down:  # cut while this one was being accepted
                 client.close()
