@@ -50,4 +50,3 @@ def init_app(app: Flask) -> None:
             if allowed:
                 response.headers["Allow"] = ", ".join(allowed)
         return response
-
