@@ -149,7 +149,7 @@ class Injector:
         if progress >= 0.5 and not self.happened["PostgreSQL restarted while sending"]:
             down = self.system.cluster.restart("immediate")
             self.happened["PostgreSQL restarted while sending"] += 1
-            self.happened[f"  (down {down:.1f} s)"] += 1
+            self.happened[f"PostgreSQL down {down:.1f} s (restarted while sending)"] += 1
         if progress >= 0.6 and self.cuts_left and now >= self.next_cut:
             self._cut_a_transaction()
 

@@ -269,7 +269,7 @@ def intake(
             if posted >= 0.4 * len(futures) and not happened["PostgreSQL restarted in intake"]:
                 down = cluster.restart("fast")
                 happened["PostgreSQL restarted in intake"] += 1
-                happened[f"  (down {down:.1f} s)"] += 1
+                happened[f"PostgreSQL down {down:.1f} s (restarted in intake)"] += 1
         return [future.result() for future in futures]
 
 
