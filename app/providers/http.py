@@ -1,10 +1,9 @@
 """The one place outbound HTTP goes through: a shared transport and a TOTAL deadline.
 
-httpx's timeouts are per phase and per socket operation: a server that trickles one byte
-every second never trips a 10 s read timeout. A send has to end by its deadline (the worker's
-lease is computed from it), so every socket operation here is bounded by the time left until
-the deadline: connect, TLS, each write and each read. The body is streamed and the deadline
-checked between chunks too.
+A send has to end by its deadline (the worker's lease is computed from it), so every socket
+operation under a request here is bounded by the time left until the deadline: connect,
+TLS, each write and each read (`app/providers/transport.py`, which also keeps the
+connection pools). The body is streamed and the deadline checked between chunks too.
 
 Transport failures come out as `TransportError` subclasses that say whether the request may
 have reached the provider (`request_sent`). Headers are never logged: they carry the token.
@@ -12,22 +11,20 @@ have reached the provider (`request_sent`). Headers are never logged: they carry
 
 from __future__ import annotations
 
-import contextvars
 import logging
-import ssl
-import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlencode
 
-import httpcore
 import httpx
 
-from app.providers.pinning import address_for
+from app.providers.transport import bounded_by, close_transport, get_transport
+
+__all__ = ["close_transport", "get_transport"]  # the shared transport, as before
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +33,6 @@ _DEFAULT_HEADERS = {"User-Agent": USER_AGENT, "Accept": "*/*", "Accept-Encoding"
 # Provider answers are small JSON; a body beyond this is not an answer we can use, and
 # reading it would only hold memory. The text is truncated, the status kept.
 MAX_ANSWER_BYTES = 1024 * 1024
-# A socket timeout of 0 would switch the socket to non-blocking mode (an error of another
-# kind); the smallest wait we ask for once the deadline has nearly passed.
-_MIN_WAIT = 0.001
 
 
 class TransportError(Exception):
@@ -83,136 +77,14 @@ class HttpAnswer:
     truncated: bool = False
 
 
-# The deadline (time.monotonic()) of the request running on this thread, read by the
-# network streams below at every socket operation.
-_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
-    "ratchet_http_deadline", default=None
-)
-
-
-def _bounded(timeout: float | None, timeout_error: type[Exception]) -> float | None:
-    deadline = _deadline.get()
-    if deadline is None:
-        return timeout
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise timeout_error("total deadline passed")
-    remaining = max(remaining, _MIN_WAIT)
-    return remaining if timeout is None else min(timeout, remaining)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _bounded(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _bounded(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        bounded = _bounded(timeout, httpcore.ConnectTimeout)
-        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, bounded))
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
-class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's own sync backend, with every operation cut short at the deadline.
-    (Name resolution inside connect is not interruptible: the OS resolver has no timeout.)"""
-
-    def __init__(self) -> None:
-        self._inner = httpcore.SyncBackend()
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        bounded = _bounded(timeout, httpcore.ConnectTimeout)
-        host = address_for(host)  # a checked address, when the caller pinned one
-        stream = self._inner.connect_tcp(host, port, bounded, local_address, socket_options)
-        return _DeadlineStream(stream)
-
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        bounded = _bounded(timeout, httpcore.ConnectTimeout)
-        return _DeadlineStream(self._inner.connect_unix_socket(path, bounded, socket_options))
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
-
-
-class _DeadlineTransport(httpx.HTTPTransport):
-    """httpx's transport on our network backend. httpx does not take a backend argument, so
-    the pool it builds is replaced by an identical one (httpx is pinned in pyproject.toml;
-    tests/providers/test_http.py fails if this stops bounding the total time)."""
-
-    def __init__(self, limits: httpx.Limits) -> None:
-        super().__init__(limits=limits, trust_env=False, retries=0)
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=_DeadlineBackend(),
-        )
-
-
-# One transport (its connection pool) for every call of the process, used without an
-# `httpx.Client` in front: a Client keeps a cookie jar, and the shared one would hand one
-# tenant's provider cookies to the next tenant's call to the same host; it also merges
-# settings, cookies and auth per request that a provider call never uses (a fifth to a
-# quarter of a call's client CPU against a local server, measured side by side). The transport
-# still gives httpx's requests, answers and exceptions; no proxies from the environment
-# and no redirects: a call goes exactly where the identity's base URL says, or fails.
-# Every connection kept alive: a drain keeps dozens of calls in flight to one host, and a
-# pool that kept 20 opened a new connection for each call past them (bench/send_rate.py
-# --latency: 95 sends/s against 200 ms answers, 141 with all kept).
-_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-_transport: httpx.HTTPTransport | None = None
-_transport_lock = threading.Lock()
-
-
-def get_transport() -> httpx.HTTPTransport:
-    """The shared transport, created on first use (never at import)."""
-    global _transport
-    transport = _transport
-    if transport is not None:
-        return transport
-    with _transport_lock:
-        if _transport is None:
-            _transport = _DeadlineTransport(_LIMITS)
-        return _transport
-
-
-def close_transport() -> None:
-    """Close the shared transport and its connections; the next call makes a new one."""
-    global _transport
-    with _transport_lock:
-        transport, _transport = _transport, None
-    if transport is not None:
-        transport.close()
+# One transport (its pools: `app/providers/transport.py`) for every call of the process, used
+# without an `httpx.Client` in front: a Client keeps a cookie jar, and the shared one would
+# hand one tenant's provider cookies to the next tenant's call to the same host; it also
+# merges settings, cookies and auth per request that a provider call never uses (a fifth to
+# a quarter of a call's client CPU against a local server, measured side by side). The
+# transport still gives httpx's requests, answers and exceptions; no proxies from the
+# environment and no redirects: a call goes exactly where the identity's base URL says, or
+# fails.
 
 
 def call_deadline(timeout: float, not_after: float | None = None) -> float:
@@ -273,19 +145,16 @@ def _post_within(
     remaining: float,
     max_bytes: int = MAX_ANSWER_BYTES,
 ) -> HttpAnswer:
-    token = _deadline.set(deadline)
     started = time.monotonic()
-    try:
+    with bounded_by(deadline):
         answer = _post(get_transport(), url, body, headers, deadline, remaining, max_bytes)
-    finally:
-        _deadline.reset(token)
     # The URL names the account, never the token; headers are never logged.
     log.debug("POST %s -> %s in %.3fs", url, answer.status, time.monotonic() - started)
     return answer
 
 
 def _post(
-    transport: httpx.HTTPTransport,
+    transport: httpx.BaseTransport,
     url: str,
     body: dict[str, Any],
     headers: Mapping[str, str],

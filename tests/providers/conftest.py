@@ -117,6 +117,9 @@ class ScriptedServer:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = False  # so server_close() waits for every handler
+    # Many call threads connect at once (test_transport_pools.py); the default backlog of 5
+    # drops their SYNs, and a retried SYN waits a second or more.
+    request_queue_size = 64
     scripted: ScriptedServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:
