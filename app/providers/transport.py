@@ -11,12 +11,18 @@ The pools are shared by every call of the process, but not as one pool: a drain 
 connections and waiting requests, under one lock, at every request and every answer. One
 pool at 128 calls in flight spent 7.5 ms of the worker's CPU per send and stretched 200 ms
 answers to 300 to 550 ms; split into `POOLS` pools, each thread keeping to one, 2.4 ms and
-210 ms (`bench/send_rate.py --latency`, 2026-12-05). A thread keeps its pool for life, so
-its kept-alive connections stay its own.
+210 ms (`bench/send_rate.py --latency`, 2026-12-05). A thread keeps its pool for life and
+shares its connections with the other threads dealt the same pool (an eighth of them).
+
+A kept-alive connection is found by scheme, host name and port, not by the address a
+callback's name was pinned to (`app/providers/pinning.py`): a name that now resolves to
+another checked address may still be posted to over a connection opened to the earlier
+checked address, as with one pool. Both addresses passed the check.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import itertools
 import ssl
@@ -200,3 +206,8 @@ def close_transport() -> None:
         transport, _transport = _transport, None
     if transport is not None:
         transport.close()
+
+
+# A process that exits closes its kept-alive connections itself, rather than leaving their
+# sockets to the garbage collector's last pass (a ResourceWarning each).
+atexit.register(close_transport)
