@@ -72,8 +72,13 @@ def ring(func: Callable[..., Any], lane: str, *args: Any, at: datetime | None = 
 # A drain's claim on its identity and lane: set only if absent, so one drain is pending or
 # running per identity and lane; renewed while it runs, expiring like a lease.
 _RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
 end
 return 0
 """
@@ -131,7 +136,12 @@ def ring_drain(
 def renew_drain(
     redis: Redis, identity_id: int, lane: str, token: str, lease_ms: int, shard: int = 0
 ) -> bool:
-    """Keep the drain's claim; False if it expired and another drain holds it now."""
+    """Keep the drain's claim; False if it expired and another drain holds it now.
+
+    A key that expired with no one taking it is taken back: no other drain runs the
+    shard. A job can wait in its queue longer than the key it was rung with lasts (one
+    worker running eight shards' drains in turn, each its whole slice); it used to find
+    its key gone and stop, stranding the shard until the sweeper rang it again."""
     pending, _ = drain_keys(identity_id, lane, shard)
     return bool(redis.eval(_RENEW, 1, pending, token, lease_ms))
 
