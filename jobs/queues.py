@@ -84,8 +84,11 @@ return 0
 """
 # Only the holder releases, and only the holder reads (and clears) the dirty flag: a drain
 # whose key expired and was taken over must not swallow a ring meant for the new holder.
+# A key no one holds (it lapsed, say under a SIGSTOP) is released as the holder's: a ring
+# that came while it was held only set the flag, and the drain letting go must ring again.
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] or not holder then
   redis.call('DEL', KEYS[1])
   return redis.call('GETDEL', KEYS[2])
 end
@@ -138,8 +141,8 @@ def renew_drain(
 ) -> bool:
     """Keep the drain's claim; False if it expired and another drain holds it now.
 
-    A key that expired with no one taking it is taken back: no other drain runs the
-    shard. A job can wait in its queue longer than the key it was rung with lasts (one
+    A key no drain holds (it expired, another drain took it and let go, or Redis lost
+    it) is taken back: no other drain runs the shard. A job can wait in its queue longer than the key it was rung with lasts (one
     worker running eight shards' drains in turn, each its whole slice); it used to find
     its key gone and stop, stranding the shard until the sweeper rang it again."""
     pending, _ = drain_keys(identity_id, lane, shard)

@@ -1,5 +1,6 @@
 """A drain job whose key lapsed while it waited in its queue takes the key back and drains
-its shard, unless another drain holds the key (`renew_drain` in `jobs/queues.py`).
+its shard, unless another drain holds the key (`renew_drain` in `jobs/queues.py`); a drain
+letting go of a key no one holds reads the dirty flag as its own (`release_drain`).
 
 Found by `bench/send_rate.py --latency --messages 12000`: one worker ran an identity's
 eight shards in turn, each drain its whole slice, and the last shard's job, rung with the
@@ -12,7 +13,7 @@ from __future__ import annotations
 from jobs.drain import Drain
 from jobs.drain import drain as drain_job
 from jobs.pacing import Pacer
-from jobs.queues import drain_keys, ring_drain
+from jobs.queues import drain_keys, release_drain, ring_drain
 
 from .conftest import Env
 
@@ -54,3 +55,41 @@ def test_a_drain_whose_key_another_drain_holds_still_stops(env: Env) -> None:
     assert "another drain holds" in summary, summary
     assert env.message(first).status == "queued"
     assert redis.get(pending) == b"theirs"
+
+
+def test_a_ring_while_the_key_was_held_is_not_lost_when_the_key_lapses_before_release(
+    env: Env,
+) -> None:
+    """A drain found nothing due; a message was rung meanwhile (the key held, so only the
+    flag was set); the drain was stopped past its key's lease, and let go after. The flag
+    is read as the holder's: the drain rings again (it used to find the key gone, read
+    nothing, and leave the message to the sweeper)."""
+    redis = env.app.extensions["ratchet.redis"]
+    pending, dirty = drain_keys(7, "campaign")
+    redis.set(pending, "held", px=60_000)
+    redis.set(dirty, "1", px=60_000)  # the ring, while the key was held
+    redis.delete(pending)  # the lease lapsed under a SIGSTOP, no one took it
+
+    assert release_drain(redis, 7, "campaign", "held") is True
+    assert redis.get(dirty) is None
+
+
+def test_a_ring_that_wins_a_lapsed_key_stops_the_stale_drain(env: Env) -> None:
+    """The key lapsed and a ring took it for a new job before the stale drain's next renew:
+    the new job's drain runs the shard, the stale one stops and leaves its key alone."""
+    number = env.number(statuses=[])
+    identity_id = number["identity_id"]
+    env.set_rates(number, campaign_rate=500.0, total_rate=500.0)
+    first = env.send(number, "15557400000", lane="campaign")
+    redis = env.app.extensions["ratchet.redis"]
+    pending, _ = drain_keys(identity_id, "campaign")
+    redis.delete(pending)
+    assert ring_drain(drain_job, identity_id, "campaign", 60_000, redis)
+    fresh = redis.get(pending)
+
+    stale = Drain(env.db, env.box, env.config, redis, Pacer(redis), identity_id, "campaign")
+    summary = stale.run("stale")
+
+    assert "another drain holds" in summary, summary
+    assert env.message(first).status == "queued"  # the new job's, still to run
+    assert redis.get(pending) == fresh
