@@ -142,9 +142,10 @@ def renew_drain(
     """Keep the drain's claim; False if it expired and another drain holds it now.
 
     A key no drain holds (it expired, another drain took it and let go, or Redis lost
-    it) is taken back: no other drain runs the shard. A job can wait in its queue longer than the key it was rung with lasts (one
-    worker running eight shards' drains in turn, each its whole slice); it used to find
-    its key gone and stop, stranding the shard until the sweeper rang it again."""
+    it) is taken back: no other drain runs the shard. A job can wait in its queue longer
+    than the key it was rung with lasts (one worker running eight shards' drains in turn,
+    each its whole slice); it used to find its key gone and stop, stranding the shard
+    until the sweeper rang it again."""
     pending, _ = drain_keys(identity_id, lane, shard)
     return bool(redis.eval(_RENEW, 1, pending, token, lease_ms))
 
