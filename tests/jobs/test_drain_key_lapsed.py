@@ -10,6 +10,8 @@ sweeper's next pass."""
 
 from __future__ import annotations
 
+from redis import Redis
+
 from jobs.drain import Drain
 from jobs.drain import drain as drain_job
 from jobs.pacing import Pacer
@@ -18,13 +20,24 @@ from jobs.queues import drain_keys, release_drain, ring_drain
 from .conftest import Env
 
 
-def test_a_drain_whose_key_lapsed_in_the_queue_takes_it_back_and_drains(env: Env) -> None:
+def _campaign(env: Env, recipients: list[str]) -> tuple[int, list[int], Redis, str]:
+    """An identity with these recipients' campaign messages queued: its id, the messages,
+    the Redis its drains use, and its campaign drain's key."""
     number = env.number(statuses=[])
     identity_id = number["identity_id"]
     env.set_rates(number, campaign_rate=500.0, total_rate=500.0)
-    ids = [env.send(number, f"1555720{n:04d}", lane="campaign") for n in range(5)]
+    ids = [env.send(number, to, lane="campaign") for to in recipients]
     redis = env.app.extensions["ratchet.redis"]
-    pending, _ = drain_keys(identity_id, "campaign")
+    return identity_id, ids, redis, drain_keys(identity_id, "campaign")[0]
+
+
+def _run(env: Env, redis: Redis, identity_id: int, token: str) -> str:
+    drain = Drain(env.db, env.box, env.config, redis, Pacer(redis), identity_id, "campaign")
+    return drain.run(token)
+
+
+def test_a_drain_whose_key_lapsed_in_the_queue_takes_it_back_and_drains(env: Env) -> None:
+    identity_id, ids, redis, pending = _campaign(env, [f"1555720{n:04d}" for n in range(5)])
     # Rung: the key set with the job's token, the job queued; then the key lapses while
     # the job waits behind other drains.
     assert ring_drain(drain_job, identity_id, "campaign", 60_000, redis)
@@ -32,8 +45,7 @@ def test_a_drain_whose_key_lapsed_in_the_queue_takes_it_back_and_drains(env: Env
     assert token is not None
     redis.delete(pending)
 
-    drain = Drain(env.db, env.box, env.config, redis, Pacer(redis), identity_id, "campaign")
-    summary = drain.run(token.decode())
+    summary = _run(env, redis, identity_id, token.decode())
 
     assert "5 accepted" in summary, summary
     assert [env.message(i).status for i in ids] == ["sent"] * 5
@@ -41,16 +53,10 @@ def test_a_drain_whose_key_lapsed_in_the_queue_takes_it_back_and_drains(env: Env
 
 
 def test_a_drain_whose_key_another_drain_holds_still_stops(env: Env) -> None:
-    number = env.number(statuses=[])
-    identity_id = number["identity_id"]
-    env.set_rates(number, campaign_rate=500.0, total_rate=500.0)
-    first = env.send(number, "15557300000", lane="campaign")
-    redis = env.app.extensions["ratchet.redis"]
-    pending, _ = drain_keys(identity_id, "campaign")
+    identity_id, [first], redis, pending = _campaign(env, ["15557300000"])
     redis.set(pending, "theirs", px=60_000)
 
-    drain = Drain(env.db, env.box, env.config, redis, Pacer(redis), identity_id, "campaign")
-    summary = drain.run("mine")
+    summary = _run(env, redis, identity_id, "mine")
 
     assert "another drain holds" in summary, summary
     assert env.message(first).status == "queued"
@@ -77,18 +83,12 @@ def test_a_ring_while_the_key_was_held_is_not_lost_when_the_key_lapses_before_re
 def test_a_ring_that_wins_a_lapsed_key_stops_the_stale_drain(env: Env) -> None:
     """The key lapsed and a ring took it for a new job before the stale drain's next renew:
     the new job's drain runs the shard, the stale one stops and leaves its key alone."""
-    number = env.number(statuses=[])
-    identity_id = number["identity_id"]
-    env.set_rates(number, campaign_rate=500.0, total_rate=500.0)
-    first = env.send(number, "15557400000", lane="campaign")
-    redis = env.app.extensions["ratchet.redis"]
-    pending, _ = drain_keys(identity_id, "campaign")
+    identity_id, [first], redis, pending = _campaign(env, ["15557400000"])
     redis.delete(pending)
     assert ring_drain(drain_job, identity_id, "campaign", 60_000, redis)
     fresh = redis.get(pending)
 
-    stale = Drain(env.db, env.box, env.config, redis, Pacer(redis), identity_id, "campaign")
-    summary = stale.run("stale")
+    summary = _run(env, redis, identity_id, "stale")
 
     assert "another drain holds" in summary, summary
     assert env.message(first).status == "queued"  # the new job's, still to run
