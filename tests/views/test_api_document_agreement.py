@@ -11,14 +11,15 @@ from datetime import datetime, timedelta
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import func, select
 
 from app.clock import utcnow
 from app.db import Database
-from app.models import Message
 
 from ..conftest import make_app
-from ..factories import World, make_world
+from ..factories import World
+from .api_requests import body, client, count_messages, post, world
+
+__all__ = ["client", "world"]  # the fixtures, imported for these tests
 
 LOCAL = "http://127.0.0.1:9/hooks"
 METHODS = ("get", "post", "patch", "put", "delete")
@@ -31,16 +32,6 @@ def app(pg_url: str, redis_url: str) -> Iterator[Flask]:
         yield made
     made.extensions["ratchet.db"].dispose()
     made.extensions["ratchet.redis"].close()
-
-
-@pytest.fixture
-def world(db: Database) -> World:
-    return make_world(db)
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
 
 
 def keyed_operations(client: FlaskClient) -> list[tuple[str, str, dict]]:
@@ -102,14 +93,10 @@ def test_a_send_time_of_digits_as_text_is_a_400_and_stores_nothing(
 ) -> None:
     # An hour from now in Unix time: as a time it would be valid for either field.
     digits = str(int(utcnow().timestamp()) + 3600)
-    body = {"identity_id": world.identity_id, "to": "15551234567", "text": "hi", name: digits}
-    answer = client.post(
-        "/v1/messages", json=body, headers={"Authorization": f"Bearer {world.api_key}"}
-    )
+    answer = post(client, world, body(world, **{name: digits}))
     assert answer.status_code == 400, answer.get_data(as_text=True)
     assert answer.get_json()["field"] == name
-    with db.transaction() as session:
-        assert session.scalar(select(func.count()).select_from(Message)) == 0
+    assert count_messages(db) == 0
 
 
 def roll(client: FlaskClient, world: World, overlap: object):
