@@ -6,50 +6,45 @@ While it holds its shard (a Redis key with its token, renewed), it repeats a ste
    verdicts owed; fail what expired (`app/repo/expiry.py`); count what is due.
 2. Take that many pacing slots (`jobs/pacing.py`), or wait for the next.
 3. Claim them in one fenced update, each the next of its conversation, and prepare them
-   (`jobs/send.py`); call and record each on a call thread (`jobs/in_flight.py`,
-   `jobs/call.py`, `jobs/record.py`). A reply drain looks again while calls are in flight.
+   (`jobs/send.py`); call each on a call thread (`jobs/in_flight.py`, `jobs/call.py`);
+   collect and record the ends in batches (`jobs/collect.py`, `jobs/record.py`). A reply
+   drain looks again while calls are in flight.
 4. Listen to the provider: a rate limit slows the identity, a pair limit paces a recipient.
 
 It stops when nothing is due (ringing itself for the next retry or `send_at`) or its slice
 ends (ringing itself to the queue's back), releases its key, then re-checks the dirty flag:
 nothing committed meanwhile is stranded. A killed drain holds its shard a lease at most.
+Its last calls end before it lets go, or, when another job waits for the worker, on the
+tail thread (`jobs/tails.py`), which records them and rings the shard.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flask import current_app
-from redis import Redis
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
 from app import instruments
-from app.clock import utcnow
 from app.config import Config
-from app.crypto import SecretBox, get_box
-from app.db import Database, get_db
-from app.logs import log_context
-from app.repo.claims import Claim, claim_batch, lane_paused
+from app.crypto import get_box
+from app.db import get_db
+from app.repo.claims import claim_batch, lane_paused
 from app.repo.due import count_due, earliest_due
 from app.repo.expiry import expire_due
 from app.repo.identities import get_identity
 from app.repo.shards import lane_shards
 from app.shards import Shard
-from jobs.call import Called, Prepared, call, give_back, record_batch
-from jobs.in_flight import InFlight
-from jobs.pacing import Pacer, Rates, listen
+from jobs.collect import Calls
+from jobs.pacing import Pacer, Rates
 from jobs.queues import (
     clear_dirty,
     get_queue,
     get_redis,
-    is_dirty,
     others_waiting,
     release_drain,
     renew_drain,
@@ -58,17 +53,13 @@ from jobs.queues import (
 )
 from jobs.record import take_owed_verdicts
 from jobs.send import hold_unsendable, prepare_batch, sender_problem
+from jobs.tails import TAILS
 
 log = logging.getLogger(__name__)
 
 # Waits for a pacing slot up to this long are spent inside the drain when no other drain
 # is waiting for a worker; longer ones are rung through RQ's scheduler.
 MAX_INLINE_WAIT = 2.0
-# While a reply drain's calls are in flight and a call thread is free, it looks this often
-# for a ring (the dirty flag), and claims what was rung without waiting for those calls to
-# end. A call that ends wakes it at once; the poll only matters behind a slow call, where
-# it saves the rest of that call's wait for 20 round trips a second.
-RING_WATCH_SECONDS = 0.05
 
 
 def drain(identity_id: int, lane: str, token: str, shard: int = 0) -> str:
@@ -76,7 +67,10 @@ def drain(identity_id: int, lane: str, token: str, shard: int = 0) -> str:
     config: Config = current_app.config["RATCHET"]
     redis = get_redis()
     pacer = Pacer(redis, config.pacing_burst, config.pacing_slowdown, config.pair_limit_wait)
-    drainer = Drain(get_db(), get_box(), config, redis, pacer, identity_id, lane, shard=shard)
+    db = get_db()
+    drainer = Drain(db, get_box(), config, redis, pacer, identity_id, lane, shard=shard)
+    if db.postgresql and not db.bound:  # the tail is recorded on a connection of its own
+        drainer.tails, drainer.app = TAILS, current_app._get_current_object()  # type: ignore[attr-defined]
     return drainer.run(token)
 
 
@@ -103,48 +97,16 @@ def ring_shard(
 
 
 @dataclass
-class Drain:
-    db: Database
-    box: SecretBox
-    config: Config
-    redis: Redis
-    pacer: Pacer
-    identity_id: int
-    lane: str
-    clock: Callable[[], datetime] = utcnow
-    monotonic: Callable[[], float] = time.monotonic
-    outcomes: Counter[str] = field(default_factory=Counter)
-    shard: int = 0  # of the lane's shards: this drain claims only that one's messages
-    # Calls submitted and not yet collected: a reply drain goes on to claim what was rung
-    # while these are in flight (`_collect`).
-    _in_flight: InFlight = field(init=False, repr=False)
-    _watching: bool = field(default=True, init=False, repr=False)
-    # The last step left due messages unclaimed for want of a free call thread: on the
-    # reply lane the next step starts as soon as one frees up, not when all have.
-    _capped: bool = field(default=False, init=False, repr=False)
-    # The ends being recorded: cut short before their commit (the job's time ran out), they
-    # are recorded again by `_abandon` (a record committed already changes nothing: fenced).
-    _recording: list[Called] = field(default_factory=list, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        name = f"drain-{self.identity_id}-{self.lane}-{self.shard}"
-        self._of = Shard(self.shard)
-        self._in_flight = InFlight(self.config.drain_concurrency, name)
-
-    @property
-    def _keys(self) -> tuple[Redis, int, str]:
-        return self.redis, self.identity_id, self.lane
-
-    @property
-    def lease_ms(self) -> int:
-        return int(self.config.drain_lease_seconds * 1000)
+class Drain(Calls):
+    """A shard's drain: claims and calls (here); collects and records (`jobs/collect.py`)."""
 
     def run(self, token: str) -> str:
         try:
             return self._run(token)
         finally:
-            self._abandon("the drain ended")
-            self._in_flight.close()
+            if self._handed_over is None:
+                self._abandon("the drain ended")
+                self._in_flight.close()
 
     def _run(self, token: str) -> str:
         started = self.monotonic()
@@ -167,7 +129,7 @@ class Drain:
                 if self.monotonic() - started >= self.config.drain_slice:
                     now_again = True  # the slice is over: to the back of the queue
                     break
-            self._collect(watch=False)  # every call ends before the drain lets go
+            self._end_calls()  # every call ends before the drain lets go, or is handed over
         except (RedisError, SQLAlchemyError) as exc:
             # Redis or the database went away mid-drain. Calls not yet begun are given back
             # (or, without the database, lapse with their lease); the sweeper rings it.
@@ -189,8 +151,14 @@ class Drain:
             log.warning("drain %s/%s could not release: %s", self.identity_id, self.lane, exc)
         return self._summary(why)
 
+    def _ring_again(self) -> None:
+        ring_shard(self.identity_id, self.lane, self.config, self.shard)
+
     def _summary(self, why: str) -> str:
-        counts = ", ".join(f"{n} {word}" for word, n in sorted(self.outcomes.items()))
+        outcomes = self.outcomes if self._handed_over is None else self._handed_over[0]
+        counts = ", ".join(f"{n} {word}" for word, n in sorted(outcomes.items()))
+        if self._handed_over is not None:
+            why += f"; {self._handed_over[1]} calls in flight handed to the tail thread"
         name = f"{self.identity_id}/{self.lane}" + (f"/{self.shard}" if self.shard else "")
         return f"drain {name}: {counts or 'nothing sent'} ({why})"
 
@@ -232,6 +200,8 @@ class Drain:
             )
             other = identity.campaign_rate if self.lane == "reply" else identity.reply_rate
         if want == 0:
+            if self._hand_over():
+                return _Step(stop=True)  # the tail thread rings the shard after its calls
             # Rung for nothing new while an earlier step's calls are in flight: wait for
             # them (or the next ring), then look again.
             self._capped = False
@@ -248,7 +218,7 @@ class Drain:
         # More due than this step takes: a reply drain looks again as soon as a thread is
         # free, instead of waiting for every call (`_collect`).
         self._capped = want > cap or want >= self.config.drain_batch
-        want = min(want, cap)
+        due, want = want, min(want, cap)
         # 2. Pacing slots, on Redis's clock. Waiting for one is never an attempt.
         grant = self.pacer.take(self.identity_id, self.lane, want, rates, other)
         if grant.slots == 0:
@@ -301,97 +271,14 @@ class Drain:
                     self.identity_id, [p.recipient for p in batch if p.recipient in paced]
                 )
         self._in_flight.submit(batch, self._send)
+        # All that was due is claimed (or the rest is not claimable now): stop, rather than
+        # wait for these calls, when another job waits for this worker.
+        counted_all = due < self.config.drain_batch  # `count_due` counts a batch at most
+        nothing_left = (counted_all and len(claims) >= due) or len(claims) < grant.slots
+        if nothing_left and self._hand_over():
+            return _Step(stop=True)  # the tail thread rings the shard after its calls
         self._collect(watch=self.lane == "reply", refill=True)
         return _Step()
-
-    def _collect(self, *, watch: bool, refill: bool = False) -> None:
-        """Wait for the calls in flight and record their ends, a batch at a time.
-
-        `refill`: return when the last step left messages due for want of call threads and
-        enough are free again (a batch's worth, or one on the reply lane), so the calls in
-        flight follow the pace (rate x answer time), not one batch at a time.
-        `watch` (the reply lane): also return as soon as a ring arrives while a call thread
-        is free, so a reply committed during another reply's call is claimed and sent now,
-        not after that call and its record. The calls left in flight are collected by a
-        later step, and all of them before the drain lets go.
-        """
-        enough = 1 if watch else min(self.config.drain_batch, self._in_flight.threads)
-        try:
-            while self._in_flight:
-                free = self._in_flight.free
-                if refill and self._capped and free >= enough:
-                    return  # what is already due waits for a thread, not for every call
-                # Polling only while a ring could be acted on: with every thread busy, the
-                # next call to end is what to wait for.
-                looking = watch and self._watching and free > 0
-                self._record(self._in_flight.wait(RING_WATCH_SECONDS if looking else None))
-                if looking and self._in_flight and self._rung():
-                    return
-        except BaseException as exc:
-            self._abandon(f"the drain was cut short: {exc.__class__.__name__}")
-            raise
-
-    def _collect_for(self, seconds: float) -> None:
-        """A pacing wait, spent recording the calls that end meanwhile."""
-        until = time.monotonic() + seconds
-        try:
-            while self._in_flight and (left := until - time.monotonic()) > 0:
-                self._record(self._in_flight.wait(left))
-        except BaseException as exc:
-            self._abandon(f"the drain was cut short: {exc.__class__.__name__}")
-            raise
-        time.sleep(max(0.0, until - time.monotonic()))
-
-    def _record(self, calls: list[Called]) -> None:
-        """3. The ends collected, recorded in one transaction (`record_batch`); then for
-        each 4., the provider's word on our pace, and the one log line per send outcome
-        (its context names the message, attempt, identity and lane)."""
-        self._recording = calls
-        recorded = record_batch(self.db, self.config, calls, self.clock)
-        self._recording = []
-        for called, outcome, _ in recorded:
-            kind = outcome.split(" ", 1)[0].rstrip(":")
-            self.outcomes[kind] += 1
-            with self._context(called.prepared.claim):
-                if called.result is not None:
-                    listen(self.pacer, self.identity_id, called.prepared.recipient, called.result)
-                log.info("%s", outcome, extra={"outcome": kind})
-
-    def _context(self, claim: Claim) -> AbstractContextManager[None]:  # a send's log lines
-        context = {"message_id": claim.message_id, "attempt": claim.attempt}
-        return log_context(**context, identity_id=self.identity_id, lane=self.lane)
-
-    def _abandon(self, why: str) -> None:
-        """The database or Redis went away, or the job is cut short: no call not yet begun
-        is made, and each is given back as never sent (`give_back`); this returns only
-        when those begun have ended, and records what they did (without the database,
-        their leases lapse: unknown outcomes, as the lease rule says)."""
-        ended, unsent = self._in_flight.abandon()
-        ended, self._recording = [*self._recording, *ended], []
-        try:
-            self._record(ended)
-        except SQLAlchemyError as exc:
-            log.warning("%d answers not recorded (%s): their leases lapse", len(ended), exc)
-        if give_back(self.db, unsent, self.clock(), why):
-            self.outcomes["given back"] += len(unsent)
-
-    def _rung(self) -> bool:
-        """A ring since this step cleared the dirty flag: something new may be due.
-
-        Without Redis the drain stops watching and waits for its calls as the campaign lane
-        does: what was claimed is still sent, and the next renewal ends the drain."""
-        try:
-            return is_dirty(*self._keys, self.shard)
-        except RedisError as exc:
-            log.warning(
-                "drain %s/%s stopped watching for rings: %s", self.identity_id, self.lane, exc
-            )
-            self._watching = False
-            return False
-
-    def _send(self, prepared: Prepared) -> Called:
-        """On a call thread: the call alone, no database (`call`)."""
-        return call(self.config, prepared, self.monotonic, self.clock)
 
 
 @dataclass(frozen=True, slots=True)

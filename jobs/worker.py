@@ -16,6 +16,7 @@ from rq import SimpleWorker
 from app.startup import freeze_startup_objects
 from jobs.callbacks import callback_queue
 from jobs.queues import get_queue, get_redis
+from jobs.tails import TAILS
 
 log = logging.getLogger(__name__)
 
@@ -29,4 +30,6 @@ def run_worker(lane: str, *, burst: bool = False) -> bool:
     # The scheduler moves retries rung for a later time (`enqueue_at`) onto the queue.
     # RQ's own per-job lines at WARNING: the log a person reads is the drains' one line
     # per send outcome (message, attempt, identity, lane, what happened).
-    return bool(worker.work(burst=burst, with_scheduler=True, logging_level="WARNING"))
+    worked = worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
+    TAILS.wait()  # the last drain's calls, if it handed them over (`jobs/tails.py`)
+    return bool(worked)
