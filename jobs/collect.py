@@ -201,10 +201,13 @@ class Calls:
             return False
         if get_queue(self.lane, self.redis).count == 0:
             return False
+        # Set before the tail starts: from then on this thread must not touch the calls
+        # (`run` leaves them alone even if the job is cut short here).
+        self._handed_over = Counter(self.outcomes), len(self._in_flight)
         name = f"tail-{self.identity_id}-{self.lane}-{self.shard}"
         if not self.tails.hand_over(self._finish_tail, name):
+            self._handed_over = None
             return False
-        self._handed_over = Counter(self.outcomes), len(self._in_flight)
         return True
 
     def _finish_tail(self) -> None:
@@ -215,7 +218,13 @@ class Calls:
                 self._collect(watch=False)
             finally:
                 self._in_flight.close()
-            self._ring_again()
+                # Even when the record failed: the drain let go without looking again, and
+                # what was recorded may have made a message due.
+                try:
+                    self._ring_again()
+                except Exception as exc:  # the sweeper rings it later
+                    name = f"{self.identity_id}/{self.lane}/{self.shard}"
+                    log.warning("the tail of drain %s could not ring: %s", name, exc)
 
     def _ring_again(self) -> None:
         """Ring this drain's shard (`jobs/drain.py`)."""

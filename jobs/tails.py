@@ -16,9 +16,11 @@ messages (leased) nor their conversations' next ones (held until an outcome).
 
 Bounds: one tail per process at a time, so a worker has at most twice its call threads
 in flight and two PostgreSQL connections; a drain that ends with no job waiting waits
-for its own calls and for the tail, so an idle worker has nothing in flight. The thread
-is not a daemon: a worker told to stop (SIGTERM) exits once the tail is recorded, and a
-worker killed outright leaves the tail's leases to lapse, as a killed drain does.
+for its own calls and for the tail (a worker whose waiting job another worker took may
+sit idle while its tail is answered). The thread is not a daemon: a worker told to stop
+(SIGTERM) exits once the tail is recorded, and a worker killed outright leaves the
+tail's leases to lapse, as a killed drain does. A tail whose record fails (the database
+gone) still rings its shard; its calls' leases lapse, as the lease rule says.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ class Tails:
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return False
-            self._thread = threading.Thread(target=self._guarded, args=(finish,), name=name)
-            self._thread.start()
+            thread = threading.Thread(target=self._guarded, args=(finish,), name=name)
+            thread.start()  # kept only once started: `wait` joins it
+            self._thread = thread
             return True
 
     def wait(self) -> None:

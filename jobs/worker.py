@@ -30,6 +30,7 @@ def run_worker(lane: str, *, burst: bool = False) -> bool:
     # The scheduler moves retries rung for a later time (`enqueue_at`) onto the queue.
     # RQ's own per-job lines at WARNING: the log a person reads is the drains' one line
     # per send outcome (message, attempt, identity, lane, what happened).
-    worked = worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
-    TAILS.wait()  # the last drain's calls, if it handed them over (`jobs/tails.py`)
-    return bool(worked)
+    try:
+        return bool(worker.work(burst=burst, with_scheduler=True, logging_level="WARNING"))
+    finally:
+        TAILS.wait()  # the last drain's calls, if it handed them over (`jobs/tails.py`)

@@ -5,6 +5,7 @@ fixture, a URL `through` it), and a backend terminated by the server (`terminate
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -91,6 +92,10 @@ class ForgetfulPath:
             flow.forgotten = True
 
     def close(self) -> None:
+        """Cut every flow and take no more: the path is gone."""
+        # A thread blocked in `accept` would take one more connection after a bare close.
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
         for flow in self.flows:
             for sock in (flow.client, flow.upstream):

@@ -28,6 +28,7 @@ from app.models import Identity, Message
 from app.repo.identities import create_identity
 from app.repo.tenants import create_tenant
 from jobs.send import send_one
+from jobs.tails import TAILS
 
 from ..conftest import POLL, SECRET_KEY, make_app
 from ..sandbox.conftest import SandboxProcess, start_sandbox_process, stop_sandbox_process
@@ -222,6 +223,7 @@ def env(
     environment.sandbox("POST", "/reset")
     with app.app_context():
         yield environment
+    TAILS.wait()  # a drain's tail (`jobs/tails.py`) writes nothing into the next test
     environment.sandbox("POST", "/reset")
     environment.close()
     server.shutdown()

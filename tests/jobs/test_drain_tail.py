@@ -13,13 +13,18 @@ import pytest
 from rq.job import Job
 from sqlalchemy import select
 
+from app.db import Database
 from app.models import Attempt
-from jobs.drain import drain
+from jobs.drain import Drain, drain
+from jobs.pacing import Pacer
 from jobs.queues import drain_keys, get_queue
-from jobs.tails import TAILS
+from jobs.tails import TAILS, Tails
 from jobs.worker import run_worker
 
+from ..connection_faults import ForgetfulPath, path, through
 from .conftest import Env
+
+__all__ = ["path"]  # the fixture, imported for these tests
 
 SLOW = "15550000001"  # the sandbox holds this recipient's answer for the number's hang_seconds
 ANSWER = 3.0  # long beside a drain's own few steps: the tail is still in flight at its end
@@ -151,3 +156,34 @@ def test_a_worker_stops_only_once_its_tail_is_recorded(env: Env, slow: dict[str,
 
     assert outcomes(env, message) == ["accepted"]
     assert env.message(message).status == "sent"
+
+
+def test_a_tail_whose_record_fails_still_rings_its_shard(
+    env: Env, slow: dict[str, Any], pg_url: str, path: ForgetfulPath
+) -> None:
+    """The database goes away while the tail's call is in flight: the answer cannot be
+    recorded (its lease lapses, as the lease rule says), and the shard, let go without a
+    look, is rung all the same."""
+    database = Database(through(pg_url, path), correlation_key=env.db.info["correlation_key"])
+    key = hold(env, slow, "tail-1")
+    message = env.send(slow, SLOW)
+    another_job(env)
+    tails = Tails()
+    config = env.app.config["RATCHET"]
+    drainer = Drain(
+        database, env.box, config, redis(env), Pacer(redis(env)), slow["identity_id"], "campaign"
+    )
+    drainer.tails, drainer.app = tails, env.app
+    try:
+        summary = drainer.run("tail-1")
+        assert "1 calls in flight handed to the tail thread" in summary, summary
+        path.close()  # every connection through the path is cut, and no new one is made
+
+        tails.wait()
+    finally:
+        database.dispose()
+
+    assert len(env.accepted(slow)) == 1  # the provider has it
+    assert outcomes(env, message) == [None]  # not recorded: the lease will lapse
+    assert len(drains_queued(env, slow)) == 1  # rung nonetheless
+    assert redis(env).get(key) is not None
