@@ -213,9 +213,14 @@ class Calls:
     def _finish_tail(self) -> None:
         """On the tail thread: record the calls handed over, then ring the shard."""
         assert self.app is not None
+        name = f"{self.identity_id}/{self.lane}/{self.shard}"
         with self.app.app_context():
             try:
                 self._collect(watch=False)
+            except (RedisError, SQLAlchemyError) as exc:
+                # A store went away (a restart, say): one line, as a drain's own stop, and
+                # `_abandon` has said which answers were not recorded.
+                log.warning("the tail of drain %s stopped: %s", name, exc.__class__.__name__)
             finally:
                 self._in_flight.close()
                 # Even when the record failed: the drain let go without looking again, and
@@ -223,7 +228,6 @@ class Calls:
                 try:
                     self._ring_again()
                 except Exception as exc:  # the sweeper rings it later
-                    name = f"{self.identity_id}/{self.lane}/{self.shard}"
                     log.warning("the tail of drain %s could not ring: %s", name, exc)
 
     def _ring_again(self) -> None:

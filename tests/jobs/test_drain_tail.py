@@ -159,7 +159,11 @@ def test_a_worker_stops_only_once_its_tail_is_recorded(env: Env, slow: dict[str,
 
 
 def test_a_tail_whose_record_fails_still_rings_its_shard(
-    env: Env, slow: dict[str, Any], pg_url: str, path: ForgetfulPath
+    env: Env,
+    slow: dict[str, Any],
+    pg_url: str,
+    path: ForgetfulPath,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The database goes away while the tail's call is in flight: the answer cannot be
     recorded (its lease lapses, as the lease rule says), and the shard, let go without a
@@ -187,3 +191,9 @@ def test_a_tail_whose_record_fails_still_rings_its_shard(
     assert outcomes(env, message) == [None]  # not recorded: the lease will lapse
     assert len(drains_queued(env, slow)) == 1  # rung nonetheless
     assert redis(env).get(key) is not None
+    # Said in a line or two, as a drain's own stop is, not as a crash's traceback.
+    said = [r for r in caplog.records if r.name == "jobs.drain" and "tail" in r.getMessage()]
+    assert [r.getMessage() for r in said] == [
+        f"the tail of drain {slow['identity_id']}/campaign/0 stopped: OperationalError"
+    ]
+    assert not [r for r in caplog.records if r.exc_info]
