@@ -96,8 +96,8 @@ class Calls:
         return int(self.config.drain_lease_seconds * 1000)
 
     def _end_calls(self) -> None:
-        """Wait for the calls in flight (or hand them over); a worker with no job queued
-        waits for its tail thread's calls too, so an idle worker has none in flight."""
+        """Wait for the calls in flight (or hand them over); with no job queued, wait for
+        the tail thread's calls too, so the worker goes idle with none in flight."""
         if self._handed_over is None and not self._hand_over():
             self._collect(watch=False)
             if self.tails is not None and get_queue(self.lane, self.redis).count == 0:
