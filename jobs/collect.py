@@ -36,7 +36,6 @@ from app.crypto import SecretBox
 from app.db import Database
 from app.logs import log_context
 from app.repo.claims import Claim
-from app.shards import Shard
 from jobs.call import Called, Prepared, call, give_back, record_batch
 from jobs.in_flight import InFlight
 from jobs.pacing import Pacer, listen
@@ -84,7 +83,6 @@ class Calls:
 
     def __post_init__(self) -> None:
         name = f"drain-{self.identity_id}-{self.lane}-{self.shard}"
-        self._of = Shard(self.shard)
         self._in_flight = InFlight(self.config.drain_concurrency, name)
 
     @property

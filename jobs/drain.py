@@ -100,6 +100,10 @@ def ring_shard(
 class Drain(Calls):
     """A shard's drain: claims and calls (here); collects and records (`jobs/collect.py`)."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._of = Shard(self.shard)  # of how many: read with the identity at each step
+
     def run(self, token: str) -> str:
         try:
             return self._run(token)

@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 import pytest
 from flask import Flask
-from sqlalchemy import update
+from sqlalchemy import select, update
 from werkzeug.serving import make_server
 
 from app.clock import utcnow
 from app.crypto import SecretBox
 from app.db import Database
-from app.models import Identity, Message
+from app.models import Attempt, Identity, Message
 from app.repo.identities import create_identity
 from app.repo.tenants import create_tenant
 from jobs.send import send_one
@@ -180,6 +180,12 @@ class Env:
     def attempt(self, message_id: int) -> str:
         outcome, _ = send_one(self.db, self.box, self.config, message_id, self.clock)
         return outcome
+
+    def attempt_outcomes(self, message_id: int) -> list[str | None]:
+        """The outcomes of a message's attempts, first first (None: no outcome yet)."""
+        with self.db.transaction() as session:
+            query = select(Attempt.outcome).where(Attempt.message_id == message_id)
+            return list(session.scalars(query.order_by(Attempt.number)))
 
     def message(self, message_id: int) -> Message:
         with self.db.transaction() as session:

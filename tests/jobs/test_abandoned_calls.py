@@ -14,9 +14,7 @@ from datetime import timedelta
 
 import pytest
 from rq.timeouts import JobTimeoutException, UnixSignalDeathPenalty
-from sqlalchemy import select
 
-from app.models import Attempt
 from app.providers import get_provider
 from app.providers.base import Credentials, OutboundMessage
 from app.repo.claims import claim_batch
@@ -30,17 +28,6 @@ from jobs.send import prepare_batch
 from .conftest import Env
 
 NO_ANSWER = "15550000013"  # the sandbox answers only after hang_seconds, accepting nothing
-
-
-def attempt_outcomes(env: Env, message_id: int) -> list[str | None]:
-    with env.db.transaction() as session:
-        return list(
-            session.scalars(
-                select(Attempt.outcome)
-                .where(Attempt.message_id == message_id)
-                .order_by(Attempt.number)
-            )
-        )
 
 
 def test_a_job_timeout_gives_back_the_calls_not_yet_begun_as_never_sent(env: Env) -> None:
@@ -66,7 +53,7 @@ def test_a_job_timeout_gives_back_the_calls_not_yet_begun_as_never_sent(env: Env
     assert given_back.status == "sending"
     assert given_back.lease_until is None and given_back.next_attempt_at is not None
     assert (given_back.unknown_attempts, given_back.had_unknown_outcome) == (0, False)
-    assert attempt_outcomes(env, queued) == ["stood_down"]
+    assert env.attempt_outcomes(queued) == ["stood_down"]
     assert [r.get("to") for r in env.requests(number)] == [NO_ANSWER]  # never called
     # The call that had begun ran to its deadline before the drain let go: unknown.
     assert env.message(stuck).unknown_attempts == 1
@@ -130,4 +117,4 @@ def test_a_call_refused_by_its_own_latest_end_stands_down_and_counts_nothing(env
         assert (row.status, row.unknown_attempts, row.had_unknown_outcome) == ("sending", 0, False)
         assert row.lease_until is None and row.next_attempt_at == env.now  # due again now
     assert env.requests(number) == []
-    assert set(attempt_outcomes(env, message_id)) == {"stood_down"}
+    assert set(env.attempt_outcomes(message_id)) == {"stood_down"}

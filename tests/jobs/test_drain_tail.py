@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 from rq.job import Job
-from sqlalchemy import select
 
 from app.db import Database
-from app.models import Attempt
 from jobs.drain import Drain, drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys, get_queue
@@ -62,12 +60,6 @@ def another_job(env: Env) -> Job:
     return get_queue("campaign", redis(env)).enqueue(placeholder)
 
 
-def outcomes(env: Env, message_id: int) -> list[str | None]:
-    with env.db.transaction() as session:
-        query = select(Attempt.outcome).where(Attempt.message_id == message_id)
-        return list(session.scalars(query.order_by(Attempt.id)))
-
-
 def drains_queued(env: Env, made: dict[str, Any]) -> list[Job]:
     jobs = get_queue("campaign", redis(env)).get_jobs()
     mine = made["identity_id"]
@@ -85,13 +77,13 @@ def test_with_a_job_waiting_a_drain_lets_go_before_its_last_call_is_answered(
 
     # Back to the worker with the call still in flight, and the shard let go.
     assert "1 calls in flight handed to the tail thread" in summary, summary
-    assert outcomes(env, message) == [None]
+    assert env.attempt_outcomes(message) == [None]
     assert redis(env).get(key) is None
     assert drains_queued(env, slow) == []
 
     TAILS.wait()
     # The tail recorded the acceptance, then rang the shard for what it may have made due.
-    assert outcomes(env, message) == ["accepted"]
+    assert env.attempt_outcomes(message) == ["accepted"]
     assert env.message(message).status == "sent"
     assert len(env.accepted(slow)) == 1
     assert len(drains_queued(env, slow)) == 1
@@ -116,8 +108,8 @@ def test_with_no_job_waiting_a_drain_waits_for_its_calls_and_for_the_tail(
     # Its own call answered at once; it returned only once the tail's was recorded too:
     # a worker with nothing queued has nothing in flight.
     assert "1 accepted" in summary and "handed" not in summary, summary
-    assert outcomes(env, quick_message) == ["accepted"]
-    assert outcomes(env, slow_message) == ["accepted"]
+    assert env.attempt_outcomes(quick_message) == ["accepted"]
+    assert env.attempt_outcomes(slow_message) == ["accepted"]
 
 
 def test_the_next_message_of_a_conversation_waits_for_the_tail_then_follows(
@@ -135,16 +127,16 @@ def test_the_next_message_of_a_conversation_waits_for_the_tail_then_follows(
     hold(env, slow, "tail-2")
     meanwhile = drain(slow["identity_id"], "campaign", "tail-2")
     assert "nothing sent" in meanwhile, meanwhile
-    assert outcomes(env, second) == []
+    assert env.attempt_outcomes(second) == []
 
     TAILS.wait()
-    assert outcomes(env, first) == ["accepted"]
+    assert env.attempt_outcomes(first) == ["accepted"]
     # The drain the tail rang sends the second, after the first.
     rung = redis(env).get(key)
     assert rung is not None
     drain(slow["identity_id"], "campaign", rung.decode())
     TAILS.wait()
-    assert outcomes(env, second) == ["accepted"]
+    assert env.attempt_outcomes(second) == ["accepted"]
     assert [m["body"]["text"]["body"] for m in env.accepted(slow)] == ["part 1", "part 2"]
 
 
@@ -154,7 +146,7 @@ def test_a_worker_stops_only_once_its_tail_is_recorded(env: Env, slow: dict[str,
 
     run_worker("campaign", burst=True)
 
-    assert outcomes(env, message) == ["accepted"]
+    assert env.attempt_outcomes(message) == ["accepted"]
     assert env.message(message).status == "sent"
 
 
@@ -188,7 +180,7 @@ def test_a_tail_whose_record_fails_still_rings_its_shard(
         database.dispose()
 
     assert len(env.accepted(slow)) == 1  # the provider has it
-    assert outcomes(env, message) == [None]  # not recorded: the lease will lapse
+    assert env.attempt_outcomes(message) == [None]  # not recorded: the lease will lapse
     assert len(drains_queued(env, slow)) == 1  # rung nonetheless
     assert redis(env).get(key) is not None
     # Said in a line or two, as a drain's own stop is, not as a crash's traceback.

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from app.clock import utcnow
 from app.config import Config
-from app.models import Attempt, Message
+from app.models import Message
 from jobs.drain import Drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys
@@ -28,13 +28,6 @@ SLOW = "15550000001"  # the sandbox accepts, then answers after the number's han
 # fixture's is 1 s; these drains get their own), so every call here is accepted.
 SLOW_ANSWER = 1.5
 TIMEOUT = 2.5
-
-
-def attempt_outcomes(env: Env, message_id: int) -> list[str | None]:
-    with env.db.transaction() as session:
-        return list(
-            session.scalars(select(Attempt.outcome).where(Attempt.message_id == message_id))
-        )
 
 
 def wait_for(what: str, check: Any, limit: float = 15.0) -> Any:
@@ -101,7 +94,7 @@ def drain_with_a_second_message_during_a_slow_call(
     def second_message() -> None:
         seen["second"] = env.send(number, second_to, lane=lane)
         wait_for("the second at the sandbox", lambda: len(env.accepted(number)) == 2)
-        seen["first outcomes then"] = attempt_outcomes(env, first)
+        seen["first outcomes then"] = env.attempt_outcomes(first)
 
     config = dataclasses.replace(env.config, provider_timeout=TIMEOUT)
     summary = drain_during_the_first_call(env, number, lane, config, token, second_message, seen)
@@ -122,8 +115,8 @@ def test_a_reply_rung_during_another_replys_call_reaches_the_provider_before_tha
     # Both sent once, and the drain ended only after collecting both calls.
     assert "2 accepted" in summary, summary
     assert [env.message(i).status for i in (first, seen["second"])] == ["sent", "sent"]
-    assert attempt_outcomes(env, first) == ["accepted"]
-    assert attempt_outcomes(env, seen["second"]) == ["accepted"]
+    assert env.attempt_outcomes(first) == ["accepted"]
+    assert env.attempt_outcomes(seen["second"]) == ["accepted"]
     assert sorted(a["to"] for a in env.accepted(seen["number"])) == [SLOW, "15557300002"]
 
 
@@ -281,7 +274,7 @@ def test_replies_due_beyond_the_free_threads_go_as_a_thread_frees_not_after_ever
 
     def all_at_the_provider() -> None:
         wait_for("every reply at the sandbox", lambda: len(env.accepted(number)) == 5)
-        seen["slow outcomes then"] = attempt_outcomes(env, slow)
+        seen["slow outcomes then"] = env.attempt_outcomes(slow)
 
     config = dataclasses.replace(env.config, provider_timeout=TIMEOUT, drain_concurrency=2)
     summary = drain_during_the_first_call(
