@@ -56,10 +56,10 @@ class Config:
     db_idle_in_transaction: float = 10.0
     # Drains and pacing (docs/design.md section 7).
     drain_slice: float = 5.0  # a drain hands its worker back after this long
-    drain_batch: int = 20  # messages claimed and sent together, at most
+    drain_batch: int = 100  # messages claimed and sent together, at most
     # Provider calls in flight per drain, at most: a ceiling, since the pace keeps them
     # near rate x answer time; each a thread that only calls (no database connection).
-    drain_concurrency: int = 128
+    drain_concurrency: int = 256
     # One lane's shards (`app/shards.py`): ceil(lane rate / shard_rate), 1 to shard_max, each
     # drained by its own job, so that many workers send one number's messages.
     shard_rate: float = 250.0
@@ -141,8 +141,8 @@ class Config:
             "cap_rate_limited": env_int(env, "RATCHET_CAP_RATE_LIMITED", 10),
             "conversation_hold": env_float(env, "RATCHET_CONVERSATION_HOLD", 60.0),
             "drain_slice": env_float(env, "RATCHET_DRAIN_SLICE", 5.0),
-            "drain_batch": env_int(env, "RATCHET_DRAIN_BATCH", 20),
-            "drain_concurrency": env_int(env, "RATCHET_DRAIN_CONCURRENCY", 128),
+            "drain_batch": env_int(env, "RATCHET_DRAIN_BATCH", 100),
+            "drain_concurrency": env_int(env, "RATCHET_DRAIN_CONCURRENCY", 256),
             "shard_rate": env_float(env, "RATCHET_SHARD_RATE", 250.0),
             "shard_max": env_int(env, "RATCHET_SHARD_MAX", 8),
             "pacing_burst": env_float(env, "RATCHET_PACING_BURST", 0.1),

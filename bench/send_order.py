@@ -25,6 +25,8 @@ from bench.common import (
     Processes,
     Sandbox,
     count_status,
+    cpu_delta,
+    cpu_snapshot,
     create_identity,
     create_messages,
     header,
@@ -125,8 +127,13 @@ def timed_run(
     except BenchBroke:
         print(f"  stuck: {status_counts(db)}; worker logs in {processes.logs}")
         raise
+    pids = [processes.started[n].pid for n in names]
+    cpu = cpu_delta({}, cpu_snapshot({"workers": pids}))["workers"]
     processes.stop(names)
-    print(f"  (PostgreSQL connections the worker process held at most: {most})")
+    print(
+        f"  (PostgreSQL connections the worker process held at most: {most}; worker CPU "
+        f"{1000 * cpu / count:.2f} ms per send, {100 * cpu / (done - started):.0f}% of a core)"
+    )
     return count / (done - started)
 
 

@@ -11,8 +11,11 @@ The pools are shared by every call of the process, but not as one pool: a drain 
 connections and waiting requests, under one lock, at every request and every answer. One
 pool at 128 calls in flight spent 7.5 ms of the worker's CPU per send and stretched 200 ms
 answers to 300 to 550 ms; split into `POOLS` pools, each thread keeping to one, 2.4 ms and
-210 ms (`bench/send_rate.py --latency`, 2026-12-05). A thread keeps its pool for life and
-shares its connections with the other threads dealt the same pool (an eighth of them).
+210 ms (`bench/send_rate.py --latency`, 2026-12-05). httpcore also polls the socket of
+every idle connection in a pool at each request and answer, so a pool's cost grows with its
+connections: at 256 calls in flight, 32 pools took 1.7 to 2.2 ms of the worker's CPU per
+send where 8 took 2.2 to 2.6 (the same bench, later that day). A thread keeps its pool for
+life and shares its connections with the other threads dealt the same pool.
 
 A kept-alive connection is found by scheme, host name and port, not by the address a
 callback's name was pinned to (`app/providers/pinning.py`): a name that now resolves to
@@ -37,8 +40,9 @@ import httpx
 
 from app.providers.pinning import address_for
 
-# Pools a process's calls are spread over, by thread (each pool a ceiling of `_LIMITS`).
-POOLS = 8
+# Pools a process's calls are spread over, by thread (each pool a ceiling of `_LIMITS`):
+# a drain's 256 call threads (`RATCHET_DRAIN_CONCURRENCY`) are 8 to a pool.
+POOLS = 32
 # Every connection kept alive: a drain keeps dozens of calls in flight to one host, and a
 # pool that kept 20 opened a new connection for each call past them (bench/send_rate.py
 # --latency: 95 sends/s against 200 ms answers, 141 with all kept).
