@@ -34,13 +34,14 @@ from app.providers.base import (
     SendResult,
 )
 from app.providers.http import DeadlineExceededError
+from app.repo.accept_batch import Acceptance, accept_many
 from app.repo.attempts import finish_attempt
 from app.repo.claims import Claim
 from app.repo.events import note_worker_event
 from app.repo.expiry import EXPIRED, expired_error
 from app.repo.failures import record_failed
 from app.repo.give_back import release_unsent
-from app.repo.watermarks import stamp_call_start
+from app.repo.watermarks import WATERMARKED, stamp_call_start
 from jobs.record import record_outcome
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,34 @@ def record_expired(session: Session, claim: Claim, prepared: Prepared, now: date
 
 
 Recorded = tuple[Called, str, tuple[str, datetime] | None]
+_ACCEPTED: tuple[str, None] = ("accepted (sent)", None)  # as `record_outcome` says it
+
+
+def _key(called: Called) -> tuple[int, int]:
+    return called.prepared.claim.message_id, called.prepared.claim.cycle
+
+
+def _acceptance(called: Called) -> Acceptance | None:
+    """The usual answer, an acceptance, for `accept_many`: the whole batch's in one
+    statement. Not one whose call start is recorded too (the watermarked providers'):
+    those go the general way, with `stamp_call_start`."""
+    result, claim = called.result, called.prepared.claim
+    if called.expired or called.started_at is None or result is None or not result.accepted:
+        return None
+    if called.prepared.provider.name in WATERMARKED or result.provider_message_id is None:
+        return None
+    unknown_attempts, _, had_unknown = called.prepared.counts
+    return Acceptance(
+        claim.message_id,
+        claim.cycle,
+        claim.attempt,
+        claim.identity_id,
+        result.provider_message_id,
+        result.http_status,
+        result.response_body,
+        unknown_attempts,
+        had_unknown,
+    )
 
 
 def record_batch(
@@ -197,7 +226,11 @@ def record_batch(
     try:
         with db.transaction(ping=True) as session:
             now = clock()
-            return [(c, *record_called(session, config, c, now)) for c in calls]
+            moved = accept_many(session, [a for c in calls if (a := _acceptance(c))], now)
+            return [
+                (c, *(_ACCEPTED if _key(c) in moved else record_called(session, config, c, now)))
+                for c in calls
+            ]
     except SQLAlchemyError as exc:
         if len(calls) == 1:
             raise

@@ -17,6 +17,7 @@ from sqlalchemy import select, text
 
 from app.db import Database
 from app.models import Message, WebhookStatus
+from app.repo.accept_batch import Acceptance, accept_many
 from app.repo.acceptance import accept_at_once, record_late_acceptance
 from app.repo.claims import Claim, claim_message
 from app.repo.give_back import release_unsent
@@ -79,7 +80,7 @@ def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(
                 .where(Message.status == "sending")
                 .order_by(Message.id)
                 .offset(BURST // 2)
-                .limit(5)
+                .limit(7)
             )
         )
         session.execute(
@@ -87,7 +88,7 @@ def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(
                 "INSERT INTO attempts (message_id, cycle, number, provider_key, started_at) "
                 "SELECT id, 1, 1, 'key-' || id, :t0 FROM messages WHERE id = ANY(:ids)"
             ),
-            {"ids": sending[:3], "t0": T0},
+            {"ids": sending[:3] + sending[5:], "t0": T0},
         )
 
     def claim(message_id: int) -> Claim:
@@ -119,8 +120,14 @@ def test_rows_found_by_their_key_read_no_others_whatever_the_statistics_say(
         assert claim_message(session, sending[3], T0, timedelta(seconds=30)) is not None
         # A stood-down attempt giving its message back.
         assert release_unsent(session, claim(sending[4]), T0)
+        # A drain's batch of acceptances in one statement, then its parked statuses.
+        batch = [
+            Acceptance(m, 1, 1, world.identity_id, f"wamid.b{m}", 200, "{}", 0, False)
+            for m in sending[5:]
+        ]
+        assert len(accept_many(session, batch, T0)) == 2
 
-    assert len(plans) >= 11, [statement for statement, _ in plans]
+    assert len(plans) >= 13, [statement for statement, _ in plans]
     for statement, plan in plans:
         scans = rows_read(plan[0]["Plan"])
         assert all(kind != "Seq Scan" for kind, _, _ in scans), (statement, scans)
