@@ -17,10 +17,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from app.config import Config
@@ -30,7 +31,7 @@ from app.models import Identity, Message
 from app.providers import PROVIDERS, get_provider
 from app.providers.base import Credentials, FailureClass, OutboundMessage
 from app.repo.attempts import insert_attempts, mark_lost_attempt, start_attempt
-from app.repo.claims import Claim, claim_message, claimed_messages
+from app.repo.claims import Claim, claim_message
 from app.repo.due import due_again_at
 from app.repo.failures import record_retry, take_verdict
 from app.repo.identities import get_identity, pause_identity, reveal_secrets, token_problem
@@ -141,7 +142,7 @@ def prepare(
     claimed_mono: float,
     now: datetime,
     *,
-    message: Message | None = None,
+    message: Message | Row[Any] | None = None,
     attempt_rows: list[dict[str, Any]] | None = None,
     credentials: Credentials | None = None,
 ) -> Prepared | tuple[str, tuple[str, datetime] | None]:
@@ -211,6 +212,33 @@ def prepare(
         expires_at=message.expires_at,
         credentials_version=identity.credentials_version,
     )
+
+
+# What `prepare` reads of a claimed message.
+_PREPARED = (
+    Message.id,
+    Message.lane,
+    Message.recipient,
+    Message.body_text,
+    Message.template,
+    Message.correlation_id,
+    Message.tag,
+    Message.fingerprint,
+    Message.provider_key_cycle,
+    Message.unknown_attempts,
+    Message.rate_limited_attempts,
+    Message.had_unknown_outcome,
+    Message.expires_at,
+    Message.last_error,
+)
+
+
+def claimed_messages(session: Session, claims: Collection[Claim]) -> dict[int, Row[Any]]:
+    """A batch's rows in one read, after its claim wrote them: the columns `prepare`
+    reads, as rows, not `Message` objects (building a hundred ORM objects cost about a
+    twentieth of a drain's CPU)."""
+    ids = [claim.message_id for claim in claims]
+    return {row.id: row for row in session.execute(select(*_PREPARED).where(Message.id.in_(ids)))}
 
 
 def prepare_batch(

@@ -48,8 +48,8 @@ def start_attempt(
 def insert_attempts(session: Session, rows: list[dict[str, Any]]) -> None:
     """The attempt rows `start_attempt` gathered, in one INSERT and without ORM objects
     (the unit of work's flush of a batch's rows cost a fifteenth of a drain's CPU)."""
-    if rows:
-        session.execute(insert(_attempts), rows)
+    if rows:  # on the Connection: through the Session, a Table's INSERT is the ORM's bulk one
+        session.connection().execute(insert(_attempts), rows)
 
 
 def finish_attempt(

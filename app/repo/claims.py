@@ -377,15 +377,3 @@ def claim_batch(
         ],
     )
     return [claim for claim, _ in claims]
-
-
-def claimed_messages(session: Session, claims: Collection[Claim]) -> dict[int, Message]:
-    """A batch's rows in one read, after its claim wrote them."""
-    return {
-        message.id: message
-        for message in session.scalars(
-            select(Message)
-            .where(Message.id.in_([claim.message_id for claim in claims]))
-            .execution_options(populate_existing=True)
-        )
-    }
