@@ -146,7 +146,7 @@ class _DeadlineTransport(httpx.HTTPTransport):
 
     def __init__(self, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
         super().__init__(verify=ssl_context, limits=limits, trust_env=False, retries=0)
-        self._pool = httpcore.ConnectionPool(
+        self._pool = self.core = httpcore.ConnectionPool(
             ssl_context=ssl_context,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
@@ -171,13 +171,18 @@ class PooledTransport(httpx.BaseTransport):
         self._mine = threading.local()
         self._dealing = threading.Lock()
 
-    def pool(self) -> httpx.HTTPTransport:
+    def pool(self) -> _DeadlineTransport:
         """This thread's pool."""
-        pool: httpx.HTTPTransport | None = getattr(self._mine, "pool", None)
+        pool: _DeadlineTransport | None = getattr(self._mine, "pool", None)
         if pool is None:
             with self._dealing:
                 pool = self._mine.pool = self.pools[next(self._turn) % len(self.pools)]
         return pool
+
+    def core_pool(self) -> httpcore.ConnectionPool:
+        """This thread's pool, as httpcore's own: what `app/providers/http.py` posts through,
+        without httpx's request and response objects around each call."""
+        return self.pool().core
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         return self.pool().handle_request(request)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import logging
 import threading
 import time
@@ -266,3 +267,48 @@ def test_retry_after_is_read_as_seconds_or_an_http_date(
 ) -> None:
     now = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
     assert parse_retry_after(header, now) == expected
+
+
+def test_the_request_carries_its_host_length_type_and_a_compact_json_body(
+    provider_server: ScriptedServer,
+) -> None:
+    provider_server.answer(Answer(200, BODY))
+
+    post_json(url(provider_server), {"text": "café", "n": [1, 2]}, {}, within(2))
+
+    [seen] = provider_server.requests
+    assert seen.body == '{"text":"café","n":[1,2]}'.encode()
+    assert seen.headers["host"] == provider_server.base_url.split("/")[2]
+    assert seen.headers["content-length"] == str(len(seen.body))
+    assert seen.headers["content-type"] == "application/json"
+    assert seen.headers["user-agent"] == http.USER_AGENT
+    assert sorted(seen.header_names) == sorted(set(seen.header_names))  # none twice
+
+
+def test_an_answer_compressed_unasked_is_read_inflated_and_its_charset_decoded(
+    provider_server: ScriptedServer,
+) -> None:
+    provider_server.answer(
+        Answer(200, gzip.compress(BODY), headers={"Content-Encoding": "gzip"}),
+        Answer(
+            200,
+            "café".encode("latin-1"),
+            headers={"Content-Type": "text/plain; charset=ISO-8859-1"},
+        ),
+    )
+
+    assert post_json(url(provider_server), {}, {}, within(2)).text == BODY.decode()
+    assert post_json(url(provider_server), {}, {}, within(2)).text == "café"
+
+
+def test_an_answer_over_the_cap_is_truncated_even_compressed(
+    provider_server: ScriptedServer,
+) -> None:
+    big = b"x" * 5000
+    provider_server.answer(
+        Answer(200, big), Answer(200, gzip.compress(big), headers={"Content-Encoding": "gzip"})
+    )
+
+    for _ in range(2):
+        answer = http.post_content(url(provider_server), b"{}", {}, within(2), max_bytes=1000)
+        assert (answer.text, answer.truncated) == ("x" * 1000, True)
