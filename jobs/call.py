@@ -183,14 +183,14 @@ Recorded = tuple[Called, str, tuple[str, datetime] | None]
 _ACCEPTED: tuple[str, None] = ("accepted (sent)", None)  # as `record_outcome` says it
 
 
-def _key(called: Called) -> tuple[int, int]:
-    return called.prepared.claim.message_id, called.prepared.claim.cycle
+def _key(called: Called) -> tuple[int, int, int]:
+    claim = called.prepared.claim
+    return claim.message_id, claim.cycle, claim.attempt
 
 
 def _acceptance(called: Called) -> Acceptance | None:
-    """The usual answer, an acceptance, for `accept_many`: the whole batch's in one
-    statement. Not one whose call start is recorded too (the watermarked providers'):
-    those go the general way, with `stamp_call_start`."""
+    """The usual answer, an acceptance, for `accept_many`; not the watermarked providers'
+    (their call start is stamped too: the general way, `stamp_call_start`)."""
     result, claim = called.result, called.prepared.claim
     if called.expired or called.started_at is None or result is None or not result.accepted:
         return None

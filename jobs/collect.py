@@ -105,14 +105,15 @@ class Calls:
         """Wait for the calls in flight and record their ends, a batch at a time.
 
         `refill`: return when the last step left messages due for want of call threads and
-        enough are free again (a batch's worth, or one on the reply lane), so the calls in
-        flight follow the pace (rate x answer time), not one batch at a time.
+        enough are free again (a batch's worth, at most half the threads; one on the reply
+        lane), so the calls in flight follow the pace (rate x answer time), not one batch
+        at a time.
         `watch` (the reply lane): also return as soon as a ring arrives while a call thread
         is free, so a reply committed during another reply's call is claimed and sent now,
         not after that call and its record. The calls left in flight are collected by a
         later step, and all of them before the drain lets go.
         """
-        enough = 1 if watch else min(self.config.drain_batch, self._in_flight.threads)
+        enough = 1 if watch else max(1, min(self.config.drain_batch, self._in_flight.threads // 2))
         try:
             while self._in_flight:
                 free = self._in_flight.free

@@ -20,6 +20,7 @@ for the new ids) where there were two a message. Nothing else differs:
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -98,7 +99,7 @@ logged AS (
     FROM moved
     RETURNING id
 )
-SELECT id, cycle FROM moved
+SELECT id, cycle, attempt FROM moved
 """
 )
 
@@ -117,10 +118,14 @@ ORDER BY webhook_statuses.provider_time, webhook_statuses.id
 
 def accept_many(
     session: Session, accepted: Sequence[Acceptance], now: datetime
-) -> set[tuple[int, int]]:
+) -> set[tuple[int, int, int]]:
     """Record these acceptances as `accept_at_once` would each; returns the (message id,
-    cycle) of those that moved to `sent` (the others are unchanged: record them the general
-    way). Nothing on SQLite, or for an empty batch."""
+    cycle, attempt) of those that moved to `sent` (the others are unchanged: record them
+    the general way). A message given more than once is left to the general way whole:
+    one statement cannot say which of its answers came first. Nothing on SQLite, or for an
+    empty batch."""
+    seen = Counter(a.message_id for a in accepted)
+    accepted = [a for a in accepted if seen[a.message_id] == 1]
     if not accepted or not is_postgresql(session):
         return set()
     rows = session.execute(
@@ -134,19 +139,17 @@ def accept_many(
             "had": [a.had_unknown for a in accepted],
             "http_statuses": [a.http_status for a in accepted],
             "bodies": [a.response_body for a in accepted],
-            "details": [
-                json.dumps({"provider_message_id": a.provider_message_id}) for a in accepted
-            ],
+            "details": [_detail(a) for a in accepted],
             "now": now,
             "sent": Status.SENT.value,
             "sending": Status.SENDING.value,
             "worker": Source.WORKER.value,
         },
     ).all()
-    moved = {(row.id, row.cycle) for row in rows}
+    moved = {(row.id, row.cycle, row.attempt) for row in rows}
     by_identity: dict[int, list[str]] = {}
     for a in accepted:
-        if (a.message_id, a.cycle) in moved:
+        if (a.message_id, a.cycle, a.attempt) in moved:
             by_identity.setdefault(a.identity_id, []).append(a.provider_message_id)
     for identity_id, pmids in by_identity.items():
         parked = session.execute(_PARKED_MANY, {"identity": identity_id, "pmids": pmids})

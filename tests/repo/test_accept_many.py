@@ -69,7 +69,7 @@ def test_a_batch_writes_what_one_statement_each_writes(db: Database, had_unknown
             acceptance(c, f"wamid.B{n}", unknown=2, had=had_unknown) for n, c in enumerate(batch)
         ]
         moved = accept_many(session, given, T1)
-    assert moved == {(c.message_id, c.cycle) for c in batch}
+    assert moved == {(c.message_id, c.cycle, c.attempt) for c in batch}
     assert len(statements) == 2, statements  # the batch, then its parked statuses (none)
 
     for n, claim in enumerate(alone):
@@ -125,7 +125,10 @@ def test_the_unusual_are_left_untouched_and_the_rest_recorded(db: Database) -> N
     ]
     with db.transaction() as session:
         moved = accept_many(session, given, later)
-    assert moved == {(plain.message_id, plain.cycle), (parked.message_id, parked.cycle)}
+    assert moved == {
+        (plain.message_id, plain.cycle, plain.attempt),
+        (parked.message_id, parked.cycle, parked.attempt),
+    }
 
     with db.transaction() as session:
 
@@ -158,3 +161,24 @@ def test_an_empty_batch_asks_nothing(db: Database) -> None:
     with counted(db) as statements, db.transaction() as session:
         assert accept_many(session, [], T1) == set()
     assert statements == []
+
+
+def test_a_message_given_twice_is_left_whole_to_the_general_path(db: Database) -> None:
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("the batch is PostgreSQL's")
+    world = make_world(db)
+    twice, once = claimed(db, world, "15551270001"), claimed(db, world, "15551270002")
+    given = [
+        acceptance(twice, "wamid.T1"),
+        acceptance(once, "wamid.O"),
+        acceptance(twice, "wamid.T2"),
+    ]
+    with db.transaction() as session:
+        moved = accept_many(session, given, T1)
+    assert moved == {(once.message_id, once.cycle, once.attempt)}
+    with db.transaction() as session:
+        message = get_message(session, twice.message_id)
+        assert message is not None and (message.status, message.provider_message_id) == (
+            "sending",
+            None,
+        )
