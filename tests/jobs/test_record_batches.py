@@ -17,7 +17,7 @@ from jobs.pacing import Pacer
 from jobs.queues import drain_keys
 
 from .conftest import Env
-from .test_record_fallback import called_batch
+from .drain_runs import called_batch
 
 CALLS = 16
 

@@ -7,23 +7,19 @@ outcomes, and a message the provider had accepted was sent again."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from datetime import timedelta
 
 import pytest
 from redis import Redis
 from rq.timeouts import JobTimeoutException
 from sqlalchemy import text
 
-from app.repo.claims import claim_batch
-from app.repo.identities import get_identity
-from jobs.call import Called, call, record_batch
+from jobs.call import record_batch
 from jobs.drain import Drain
 from jobs.pacing import Pacer
-from jobs.send import prepare_batch
 
 from .conftest import Env
+from .drain_runs import called_batch
 
 
 @pytest.fixture
@@ -58,27 +54,6 @@ def poisoned(env: Env) -> Iterator[list[int]]:
 def poison(env: Env, message_id: int) -> None:
     with env.db.transaction() as session:
         session.execute(text("INSERT INTO fallback_poison VALUES (:id)"), {"id": message_id})
-
-
-def called_batch(env: Env, identity_id: int) -> list[Called]:
-    """Claim, prepare and call every due message of the campaign lane, as a drain does."""
-    with env.db.transaction() as session:
-        claims = claim_batch(
-            session,
-            identity_id,
-            "campaign",
-            10,
-            env.now,
-            timedelta(seconds=env.config.lease_seconds),
-        )
-        identity = get_identity(session, identity_id)
-        batch, decided = prepare_batch(
-            session, env.box, env.config, identity, claims, time.monotonic(), env.now
-        )
-    assert not decided
-    calls = [call(env.config, p, time.monotonic, env.clock) for p in batch]
-    assert all(c.result is not None and c.result.accepted for c in calls)
-    return calls
 
 
 def test_one_record_that_fails_loses_no_other(env: Env, poisoned: list[int]) -> None:

@@ -23,7 +23,10 @@ from app.repo.transitions import apply_status
 
 from ..conftest import T0
 from ..factories import World, make_world
-from .test_accept_at_once import LEASE, T1, claimed, counted, written
+from .acceptance_steps import LEASE, claimed
+from .acceptance_writes import counted, written
+
+T1 = T0 + timedelta(seconds=2)
 
 
 def acceptance(claim: Claim, wamid: str, *, unknown: int = 0, had: bool = False) -> Acceptance:
