@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from app import instruments
 from app.db import TCP_SETTINGS, Database, normalise_url
+from app.db_clock import sync_clock
 
 from .connection_faults import ForgetfulPath, path, terminate, through
 
@@ -48,6 +49,18 @@ def last_query(pg_url: str, pid: int) -> str:
     finally:
         engine.dispose()
     return str(query)
+
+
+@pytest.fixture(autouse=True)
+def fresh_clock(pg_url: str) -> None:
+    """The database's clock measured just now: a checkout that met an offset grown stale
+    (`app/db_clock.py`, every 30 s) reads the clock after the ping, and that read, not the
+    ping, would be the last query these tests see (once in a CI run)."""
+    database = Database(pg_url, pool_size=1, max_overflow=0)
+    try:
+        sync_clock(database.engine, fresh_for=0.0)
+    finally:
+        database.dispose()
 
 
 @pytest.fixture
