@@ -29,6 +29,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Source, Status
+from app.repo.inbox import parked_status_ids_of
 from app.repo.sql import is_postgresql
 from app.repo.status_apply import apply_webhook_status
 
@@ -103,18 +104,6 @@ SELECT id, cycle, attempt FROM moved
 """
 )
 
-# `_PARKED` (app/repo/inbox.py) for many ids of one identity, in the order it applies them.
-_PARKED_MANY = text(
-    """
-SELECT webhook_statuses.id FROM webhook_statuses
-WHERE webhook_statuses.provider = (SELECT provider FROM identities WHERE id = :identity)
-    AND webhook_statuses.provider_message_id = ANY(CAST(:pmids AS varchar[]))
-    AND webhook_statuses.identity_id = :identity
-    AND (webhook_statuses.applied_at IS NULL) IS true
-ORDER BY webhook_statuses.provider_time, webhook_statuses.id
-"""
-)
-
 
 def accept_many(
     session: Session, accepted: Sequence[Acceptance], now: datetime
@@ -152,8 +141,7 @@ def accept_many(
         if (a.message_id, a.cycle, a.attempt) in moved:
             by_identity.setdefault(a.identity_id, []).append(a.provider_message_id)
     for identity_id, pmids in by_identity.items():
-        parked = session.execute(_PARKED_MANY, {"identity": identity_id, "pmids": pmids})
-        for (status_id,) in parked.all():
+        for status_id in parked_status_ids_of(session, identity_id, pmids):
             apply_webhook_status(session, status_id, now)
     return moved
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, case, or_, select, update
+from sqlalchemy import ARRAY, Select, String, Table, any_, bindparam, case, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.models import Identity, WebhookDelivery, WebhookStatus
@@ -241,18 +241,32 @@ def finish_status(
 # read every status parked on the installation (other senders' on a shared number wait
 # there for days).
 _identities = cast(Table, Identity.__table__)
-_PARKED = DriverStatement(
-    select(_statuses.c.id)
-    .where(
-        _statuses.c.provider
-        == select(_identities.c.provider)
-        .where(_identities.c.id == bindparam("identity_id_"))
-        .scalar_subquery(),
-        _statuses.c.provider_message_id == bindparam("provider_message_id_"),
-        _statuses.c.identity_id == bindparam("identity_id_"),
-        still_null(_statuses.c.applied_at),
+
+
+def _parked(provider_ids: Any) -> Select[tuple[int]]:
+    """The unapplied statuses of one identity whose provider id passes `provider_ids`, in
+    the order they are applied."""
+    return (
+        select(_statuses.c.id)
+        .where(
+            _statuses.c.provider
+            == select(_identities.c.provider)
+            .where(_identities.c.id == bindparam("identity_id_"))
+            .scalar_subquery(),
+            provider_ids,
+            _statuses.c.identity_id == bindparam("identity_id_"),
+            still_null(_statuses.c.applied_at),
+        )
+        .order_by(_statuses.c.provider_time, _statuses.c.id)
     )
-    .order_by(_statuses.c.provider_time, _statuses.c.id)
+
+
+_PARKED = DriverStatement(
+    _parked(_statuses.c.provider_message_id == bindparam("provider_message_id_"))
+)
+# A drain's batch of acceptances asks for all its ids at once (PostgreSQL: `accept_many`).
+_PARKED_ANY = _parked(
+    _statuses.c.provider_message_id == any_(bindparam("provider_message_ids_", type_=ARRAY(String)))
 )
 
 
@@ -260,6 +274,14 @@ def parked_status_ids(session: Session, identity_id: int, provider_message_id: s
     """Run after every accepted send (built once: `DriverStatement`)."""
     params = {"identity_id_": identity_id, "provider_message_id_": provider_message_id}
     return [row[0] for row in _PARKED.execute(session, params).all()]
+
+
+def parked_status_ids_of(
+    session: Session, identity_id: int, provider_message_ids: list[str]
+) -> list[int]:
+    """`parked_status_ids` for many ids of one identity, in one statement (PostgreSQL)."""
+    params = {"identity_id_": identity_id, "provider_message_ids_": provider_message_ids}
+    return list(session.scalars(_PARKED_ANY, params))
 
 
 def pending_status_ids(
