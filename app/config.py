@@ -59,7 +59,7 @@ class Config:
     drain_batch: int = 100  # messages claimed and sent together, at most
     # Provider calls in flight per drain, at most: a ceiling, since the pace keeps them
     # near rate x answer time; each a thread that only calls (no database connection).
-    drain_concurrency: int = 256
+    drain_concurrency: int = 512
     # One lane's shards (`app/shards.py`): ceil(lane rate / shard_rate), 1 to shard_max, each
     # drained by its own job, so that many workers send one number's messages.
     shard_rate: float = 250.0
@@ -142,7 +142,7 @@ class Config:
             "conversation_hold": env_float(env, "RATCHET_CONVERSATION_HOLD", 60.0),
             "drain_slice": env_float(env, "RATCHET_DRAIN_SLICE", 5.0),
             "drain_batch": env_int(env, "RATCHET_DRAIN_BATCH", 100),
-            "drain_concurrency": env_int(env, "RATCHET_DRAIN_CONCURRENCY", 256),
+            "drain_concurrency": env_int(env, "RATCHET_DRAIN_CONCURRENCY", 512),
             "shard_rate": env_float(env, "RATCHET_SHARD_RATE", 250.0),
             "shard_max": env_int(env, "RATCHET_SHARD_MAX", 8),
             "pacing_burst": env_float(env, "RATCHET_PACING_BURST", 0.1),

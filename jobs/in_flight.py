@@ -16,10 +16,18 @@ gives its message back (`give_back`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
+from app.providers.transport import get_transport
 from jobs.call import Called, Prepared
+
+
+def _bind_pool(numbers: Iterator[int]) -> None:
+    """A call thread's start: thread n of a drain sends through connection pool n, which
+    kept alive the connection of the last drain's thread n (`app/providers/transport.py`)."""
+    get_transport().bind(next(numbers))
 
 
 class InFlight:
@@ -40,7 +48,12 @@ class InFlight:
 
     def submit(self, batch: Iterable[Prepared], send: Callable[[Prepared], Called]) -> None:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix=self._name)
+            self._pool = ThreadPoolExecutor(
+                max_workers=self.threads,
+                thread_name_prefix=self._name,
+                initializer=_bind_pool,
+                initargs=(itertools.count(),),
+            )
         for prepared in batch:
             self._calls[self._pool.submit(send, prepared)] = prepared
 

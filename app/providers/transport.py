@@ -14,8 +14,11 @@ answers to 300 to 550 ms; split into `POOLS` pools, each thread keeping to one, 
 210 ms (`bench/send_rate.py --latency`, 2026-12-05). httpcore also polls the socket of
 every idle connection in a pool at each request and answer, so a pool's cost grows with its
 connections: at 256 calls in flight, 32 pools took 1.7 to 2.2 ms of the worker's CPU per
-send where 8 took 2.2 to 2.6 (the same bench, later that day). A thread keeps its pool for
-life and shares its connections with the other threads dealt the same pool.
+send where 8 took 2.2 to 2.6 (the same bench, later that day); at 512, a pool per call
+thread took 1.2 where 32 took 1.4 to 1.6 against 200 ms answers. A drain's call thread n
+sends through pool n (`bind`), so the next drain's thread n finds the connection its
+predecessor kept alive; other threads are dealt pools in turn. A thread keeps its pool for
+life and shares its connections with any other thread given the same pool.
 
 A kept-alive connection is found by scheme, host name and port, not by the address a
 callback's name was pinned to (`app/providers/pinning.py`): a name that now resolves to
@@ -40,9 +43,10 @@ import httpx
 
 from app.providers.pinning import address_for
 
-# Pools a process's calls are spread over, by thread (each pool a ceiling of `_LIMITS`):
-# a drain's 256 call threads (`RATCHET_DRAIN_CONCURRENCY`) are 8 to a pool.
-POOLS = 32
+# Pools a process's calls are spread over, by thread (each pool a ceiling of `_LIMITS`),
+# each made at its first use: one for each of a drain's 512 call threads
+# (`RATCHET_DRAIN_CONCURRENCY`).
+POOLS = 512
 # Every connection kept alive: a drain keeps dozens of calls in flight to one host, and a
 # pool that kept 20 opened a new connection for each call past them (bench/send_rate.py
 # --latency: 95 sends/s against 200 ms answers, 141 with all kept).
@@ -159,24 +163,42 @@ class _DeadlineTransport(httpx.HTTPTransport):
 
 
 class PooledTransport(httpx.BaseTransport):
-    """`POOLS` deadline transports; each thread sends through one, dealt in turn at its
-    first request."""
+    """`pools` deadline transports, each made at its first use; each thread sends through
+    one: the one it is bound to (`bind`), or else one dealt in turn at its first request."""
 
     def __init__(self, pools: int = POOLS) -> None:
         # One certificate load for all: built per pool, they held a worker's first calls
         # back 300 ms, then let them out together (tests/jobs/test_drains.py's pace).
-        context = httpx.create_ssl_context(trust_env=False)
-        self.pools = [_DeadlineTransport(_LIMITS, context) for _ in range(max(1, pools))]
+        self.ssl_context = httpx.create_ssl_context(trust_env=False)
+        self._pools: list[_DeadlineTransport | None] = [None] * max(1, pools)
         self._turn = itertools.count()
         self._mine = threading.local()
-        self._dealing = threading.Lock()
+        self._making = threading.Lock()
+
+    @property
+    def pools(self) -> list[_DeadlineTransport]:
+        """The pools made so far."""
+        return [pool for pool in self._pools if pool is not None]
+
+    def _pool_at(self, n: int) -> _DeadlineTransport:
+        n %= len(self._pools)
+        pool = self._pools[n]
+        if pool is None:
+            with self._making:
+                pool = self._pools[n]
+                if pool is None:
+                    pool = self._pools[n] = _DeadlineTransport(_LIMITS, self.ssl_context)
+        return pool
+
+    def bind(self, n: int) -> None:
+        """This thread sends through pool `n` (modulo their number) from now on."""
+        self._mine.pool = self._pool_at(n)
 
     def pool(self) -> _DeadlineTransport:
         """This thread's pool."""
         pool: _DeadlineTransport | None = getattr(self._mine, "pool", None)
         if pool is None:
-            with self._dealing:
-                pool = self._mine.pool = self.pools[next(self._turn) % len(self.pools)]
+            pool = self._mine.pool = self._pool_at(next(self._turn))
         return pool
 
     def core_pool(self) -> httpcore.ConnectionPool:

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from app.models import Attempt
+from app.providers.transport import close_transport, get_transport
 from jobs.drain import Drain
 from jobs.pacing import Pacer
 from jobs.queues import drain_keys
@@ -45,6 +46,37 @@ def test_a_drain_sends_every_batch_from_the_same_threads_and_stops_them_when_it_
     assert all(name.startswith(prefix) for name in senders), senders
     assert len(set(senders)) <= config.drain_concurrency, senders
     assert not [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def _kept_connections() -> set[int]:
+    return {id(c) for pool in get_transport().pools for c in pool.core.connections}
+
+
+def test_the_next_drain_s_threads_send_over_the_connections_the_last_one_kept(
+    env: Env,
+) -> None:
+    """A drain's call thread n sends through connection pool n, so the next drain's thread
+    n finds the connection the last one kept alive: no new connection (with the provider's
+    TLS handshake) for each drain. Dealt pools in turn, the second drain's threads took two
+    pools not yet used, and opened two connections."""
+    number = env.number(statuses=[])
+    identity_id = number["identity_id"]
+    env.set_rates(number, campaign_rate=500.0, total_rate=500.0)
+    redis = env.app.extensions["ratchet.redis"]
+    config = dataclasses.replace(env.config, drain_batch=2, drain_concurrency=2)
+    close_transport()  # a transport of its own: no pools made yet
+    kept: list[set[int]] = []
+    for n in range(2):
+        ids = [env.send(number, f"155571{n}{m:04d}", lane="campaign") for m in range(2)]
+        redis.set(drain_keys(identity_id, "campaign")[0], f"keep{n}", px=60_000)
+        drain = Drain(env.db, env.box, config, redis, Pacer(redis), identity_id, "campaign")
+        assert "2 accepted" in drain.run(f"keep{n}")
+        assert [env.message(i).status for i in ids] == ["sent"] * 2
+        kept.append(_kept_connections())
+
+    assert len(kept[0]) == 2, kept  # both calls at once: one connection each
+    assert kept[1] == kept[0]
+    assert len(get_transport().pools) == 2
 
 
 def test_a_call_queued_past_its_latest_start_gives_its_message_back_uncounted(

@@ -92,8 +92,9 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[int, Path]]:
 
 
 def test_the_shared_context_checks_certificates_and_names() -> None:
-    for pool in get_transport().pools:
-        context = pool._pool._ssl_context
+    shared = get_transport()
+    shared.pool()  # at least one pool made
+    for context in [shared.ssl_context, *(pool._pool._ssl_context for pool in shared.pools)]:
         assert context is not None
         assert context.verify_mode == ssl.CERT_REQUIRED
         assert context.check_hostname
@@ -113,22 +114,22 @@ def test_a_trusted_certificate_is_taken_on_every_pool_and_a_pinned_name_still_ch
     address, is still refused: the name, not the address, is checked."""
     port, cert_path = tls_server
     shared = get_transport()
-    context = shared.pools[0]._pool._ssl_context
-    assert context is not None
-    context.load_verify_locations(cert_path)
+    shared.ssl_context.load_verify_locations(cert_path)
     statuses: list[int] = []
 
-    def call() -> None:
+    def call(n: int) -> None:
+        shared.bind(n)
         statuses.append(
             post_json(f"https://localhost:{port}/x", {}, {}, time.monotonic() + 5).status
         )
 
-    threads = [threading.Thread(target=call) for _ in range(transport.POOLS)]
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert statuses == [200] * transport.POOLS
+    assert statuses == [200] * 8
+    assert len(shared.pools) >= 8  # eight pools, each of its own connection
 
     with pinned("wrong.ratchet.invalid", "127.0.0.1"), pytest.raises(ConnectFailedError):
         post_json(f"https://wrong.ratchet.invalid:{port}/x", {}, {}, time.monotonic() + 5)
