@@ -17,17 +17,25 @@ gives its message back (`give_back`).
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from app.providers.transport import get_transport
 from jobs.call import Called, Prepared
 
+log = logging.getLogger(__name__)
+
 
 def _bind_pool(numbers: Iterator[int]) -> None:
     """A call thread's start: thread n of a drain sends through connection pool n, which
-    kept alive the connection of the last drain's thread n (`app/providers/transport.py`)."""
-    get_transport().bind(next(numbers))
+    kept alive the connection of the last drain's thread n (`app/providers/transport.py`).
+    Never raises: an initializer that raised would break the whole executor, failing every
+    call queued on it; an unbound thread is dealt a pool at its first call instead."""
+    try:
+        get_transport().bind(next(numbers))
+    except Exception as exc:
+        log.warning("a call thread was left to be dealt a pool: %s", exc)
 
 
 class InFlight:
@@ -59,9 +67,13 @@ class InFlight:
 
     def wait(self, timeout: float | None) -> list[Called]:
         """Wait up to `timeout` (None: until one ends) and collect the calls that ended,
-        oldest first. A call that raised raises here."""
+        oldest first. A call that raised raises here, and every call stays held, so the
+        drain's `abandon` still records those that ended with it."""
         done, _ = wait(self._calls, timeout=timeout, return_when=FIRST_COMPLETED)
         ended = [call for call in self._calls if call in done]
+        for call in ended:
+            if (error := call.exception()) is not None:
+                raise error
         for call in ended:
             del self._calls[call]
         return [call.result() for call in ended]

@@ -116,9 +116,11 @@ def test_a_trusted_certificate_is_taken_on_every_pool_and_a_pinned_name_still_ch
     shared = get_transport()
     shared.ssl_context.load_verify_locations(cert_path)
     statuses: list[int] = []
+    pools: set[int] = set()
 
     def call(n: int) -> None:
         shared.bind(n)
+        pools.add(id(shared.pool()))
         statuses.append(
             post_json(f"https://localhost:{port}/x", {}, {}, time.monotonic() + 5).status
         )
@@ -129,7 +131,7 @@ def test_a_trusted_certificate_is_taken_on_every_pool_and_a_pinned_name_still_ch
     for thread in threads:
         thread.join()
     assert statuses == [200] * 8
-    assert len(shared.pools) >= 8  # eight pools, each of its own connection
+    assert len(pools) == 8  # the one context, trusted on eight pools' connections
 
     with pinned("wrong.ratchet.invalid", "127.0.0.1"), pytest.raises(ConnectFailedError):
         post_json(f"https://wrong.ratchet.invalid:{port}/x", {}, {}, time.monotonic() + 5)
