@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from app.lifecycle import Status
 from app.models import Identity, Message
 from app.repo.alerts import FiringAlert
-from app.repo.claims import is_due
+from app.repo.claimable import is_due
 from app.repo.overview import due_since
 
 

@@ -18,7 +18,7 @@ from app.config import Config
 from app.lifecycle import Status
 from app.models import Identity, Message
 from app.repo.alert_reading import Reading, count_when, iso, name_of, seconds_of
-from app.repo.claims import is_due
+from app.repo.claimable import is_due
 from app.repo.overview import LANES, due_since
 
 

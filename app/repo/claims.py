@@ -12,14 +12,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, func, insert, literal_column, or_, select, update
+from sqlalchemy import case, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.lifecycle import Source, Status
 from app.models import Identity, Message, MessageEvent
-from app.repo.conversations import HOLD, OVERTAKEN, in_conversation_order, overtaken_id
+from app.repo.claimable import (
+    CLAIM_ORDER,
+    claim_columns,
+    claim_parameters,
+    claim_read,
+    claimable,
+    is_due,
+    plan_without_sorts,
+    unexpired,
+)
+from app.repo.conversations import HOLD, OVERTAKEN
 from app.repo.events import append_event
-from app.repo.shards import in_shard
 from app.repo.sql import keyed, rows_changed
 from app.repo.template_holds import not_template_held
 from app.shards import WHOLE, Shard
@@ -35,99 +44,7 @@ class Claim:
     claimed_at: datetime  # our clock at the claim; the lease runs from here
 
 
-def is_waiting() -> Any:
-    """Queued or sending: the predicate of the waiting rows' partial indexes, written out
-    beside `is_due` (which implies it) for SQLite, whose planner cannot prove it from
-    `is_due`'s OR and would otherwise read and sort the lane's whole history."""
-    return Message.status.in_([Status.QUEUED.value, Status.SENDING.value])
-
-
-def is_due(now: datetime) -> Any:
-    """A message a worker may claim now (identity active is checked separately): queued
-    and past its `send_at` if it had one, or sending and due again."""
-    return or_(
-        and_(
-            Message.status == Status.QUEUED.value,
-            or_(Message.not_before.is_(None), Message.not_before <= now),
-        ),
-        and_(
-            Message.status == Status.SENDING.value,
-            or_(
-                and_(Message.next_attempt_at.is_not(None), Message.next_attempt_at <= now),
-                and_(Message.lease_until.is_not(None), Message.lease_until < now),
-                # Held for a broken sender (no next attempt, no lease): due once its identity
-                # is active again, even if a pause and a resume raced each other.
-                and_(Message.next_attempt_at.is_(None), Message.lease_until.is_(None)),
-            ),
-        ),
-    )
-
-
-def unexpired(now: datetime) -> Any:
-    """Still valid: an expired message is never claimed; a drain fails it instead
-    (`app/repo/expiry.py`). Except a lease that lapsed: its call's outcome is unknown (the
-    provider may have it), so it is re-claimed as ever, with no call, and its plan waits
-    the webhook grace before failing it `expired` (`app/retry.py`)."""
-    return or_(
-        Message.expires_at.is_(None),
-        Message.expires_at > now,
-        and_(Message.status == Status.SENDING.value, Message.lease_until.is_not(None)),
-    )
-
-
-def claimable(
-    identity_id: int, lane: str, now: datetime, hold: timedelta = HOLD, shard: Shard = WHOLE
-) -> tuple[Any, ...]:
-    """A message of this identity and lane a drain may claim now: due, owing no verdict
-    (`take_verdict` records those), not expired, next in its conversation
-    (`app/repo/conversations.py`), and using no template Meta paused, disabled or
-    rejected (`app/repo/template_holds.py`); and in this drain's `shard` of the lane
-    (`app/repo/shards.py`). The identity's pause is read apart, under a lock."""
-    return (
-        Message.identity_id == identity_id,
-        Message.lane == lane,
-        is_waiting(),
-        is_due(now),
-        Message.pending_verdict.is_(None),
-        unexpired(now),
-        not_template_held(identity_id),
-        in_conversation_order(now, hold, identity_id),
-        *in_shard(shard),
-    )
-
-
 CAMPAIGN = "campaign"
-
-# A drain's order, oldest first, written `id + 0`: the order only `ix_messages_waiting`
-# gives (migration 0011). Ordered by `id`, PostgreSQL may walk the primary key from the
-# table's first row, rating the waiting rows as spread evenly where they sit after the
-# whole history. A literal, never a parameter: a generic plan must see the same expression.
-CLAIM_ORDER = Message.id + literal_column("0")
-
-
-def plan_without_sorts(session: Session) -> None:
-    """Plan the rest of this transaction's statements with no sort where a plan without
-    one exists (PostgreSQL's `enable_sort`, until the transaction ends).
-
-    For a drain's reads of the queue: each is ordered as one of its indexes gives it
-    (`CLAIM_ORDER`, `next_attempt_at`), and is then read from that index. Statistics
-    taken before a backlog rate every waiting row at none, and any index followed by a sort
-    of "one row" looks as cheap: one read the whole waiting set on every step.
-
-    Each such read calls this first; the setting is sent once per transaction, and holds
-    for every statement after it in that transaction: a statement added there with an
-    ORDER BY that no index gives still sorts, but one that an index could give (even a
-    poor one) will walk that index instead."""
-    if session.get_bind().dialect.name != "postgresql":
-        return
-    transaction = session.get_transaction()
-    if transaction is not None and session.info.get(_WITHOUT_SORTS) is transaction:
-        return
-    session.execute(select(func.set_config("enable_sort", "off", True)))
-    session.info[_WITHOUT_SORTS] = transaction
-
-
-_WITHOUT_SORTS = "ratchet.plan_without_sorts"
 
 
 def lane_paused(identity: Any, lane: str) -> bool:
@@ -270,18 +187,10 @@ def claim_batch(
     if state is None or lane_paused(state, lane):
         return []
     plan_without_sorts(session)
-    due = claimable(identity_id, lane, now, hold, shard)
-    columns = (
-        Message.id,
-        Message.status,
-        Message.cycle,
-        Message.attempt,
-        Message.next_attempt_at,
-        Message.lease_until,
-        overtaken_id(now, identity_id).label("overtakes"),
-    )
     rows: list[Any] = []
     if one_each:
+        due = claimable(identity_id, lane, now, hold, shard)
+        columns = claim_columns(now, identity_id)
         # First, the oldest due message of each paced recipient: one each.
         oldest = (
             select(func.min(Message.id))
@@ -298,17 +207,13 @@ def claim_batch(
             ).all()
         )
     if len(rows) < limit:
-        query = (
-            select(*columns)
-            .where(*due)
-            .order_by(CLAIM_ORDER)
-            .limit(limit - len(rows))
-            .with_for_update(skip_locked=True)
-        )
+        # Built once (`claim_read`): the same read as `columns` from `due`, with parameters.
+        given = claim_parameters(identity_id, lane, now, hold, shard)
+        given["limit"] = limit - len(rows)
         skip = [*(skip_recipients or ()), *one_each]
         if skip:
-            query = query.where(Message.recipient.not_in(skip))
-        rows += session.execute(query).all()
+            given["skip"] = skip
+        rows += session.execute(claim_read(not shard.is_whole, bool(skip)), given).all()
     if not rows:
         return []
     claims = []

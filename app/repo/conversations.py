@@ -25,7 +25,7 @@ by design: a reply may overtake a campaign message to the same person.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import and_, or_, select
@@ -43,7 +43,7 @@ HOLD = timedelta(seconds=60)
 OVERTAKEN = "sent before message {}, which was still being retried"
 
 
-def _earlier_unresolved(now: datetime, identity_id: int | None) -> list[Any]:
+def _earlier_unresolved(now: Any, identity_id: Any) -> list[Any]:
     """An earlier message of the claimed row's conversation, not yet resolved, not waiting
     for its `send_at` and not held by its template: read through `ix_messages_conversation`
     (partial on the waiting rows, so it follows the backlog)."""
@@ -59,11 +59,11 @@ def _earlier_unresolved(now: datetime, identity_id: int | None) -> list[Any]:
     ]
 
 
-def in_conversation_order(now: datetime, hold: timedelta, identity_id: int | None = None) -> Any:
+def in_conversation_order(now: Any, since: Any, identity_id: Any = None) -> Any:
     """The claimed row is the next of its conversation: no earlier message unresolved,
-    unless the one ahead has waited for a retry longer than `hold` and still waits for its
-    retry time or its verdict (never one `queued`, due again, or in flight)."""
-    since = now - hold
+    unless the one ahead has waited for a retry since before `since` (now less the hold)
+    and still waits for its retry time or its verdict (never one `queued`, due again, or
+    in flight). Values or bound parameters (`app/repo/claimable.py`)."""
     holding = or_(
         _earlier.sending_at.is_(None),
         _earlier.sending_at > since,
@@ -87,13 +87,13 @@ def in_conversation_order(now: datetime, hold: timedelta, identity_id: int | Non
     return _latest(now, identity_id, holding).is_(None)
 
 
-def overtaken_id(now: datetime, identity_id: int | None = None) -> Any:
+def overtaken_id(now: Any, identity_id: Any = None) -> Any:
     """A column for the claim's read: the latest earlier message of the row's conversation
     still unresolved (it is past its hold, or the row would not be claimable), or NULL."""
     return _latest(now, identity_id)
 
 
-def _latest(now: datetime, identity_id: int | None, *also: Any) -> Any:
+def _latest(now: Any, identity_id: Any, *also: Any) -> Any:
     return (
         select(_earlier.id)
         .where(*_earlier_unresolved(now, identity_id), *also)

@@ -9,14 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from app.config import Config
 from app.lifecycle import Status
 from app.models import Message
-from app.repo.claims import CLAIM_ORDER, claimable, plan_without_sorts
+from app.repo.claimable import (
+    CLAIM_ORDER,
+    claim_parameters,
+    claimable,
+    claimable_bound,
+    plan_without_sorts,
+)
 from app.repo.shards import in_shard
 from app.shards import WHOLE, Shard
 
@@ -34,16 +42,17 @@ def count_due(
     """How many messages of this identity and lane may be claimed now, up to one batch:
     none to a `blocked` recipient, one to each `paced` one (as `claim_batch` takes them),
     and only the next of each conversation; in this drain's `shard` of the lane."""
-    due = claimable(identity_id, lane, now, timedelta(seconds=config.conversation_hold), shard)
-    query = select(Message.id).where(*due)
+    hold = timedelta(seconds=config.conversation_hold)
+    values = claim_parameters(identity_id, lane, now, hold, shard)
     skip = [*blocked, *paced]
     if skip:
-        query = query.where(Message.recipient.not_in(skip))
+        values["skip"] = skip
     # In the claim's order, so read as the claim reads (see `plan_without_sorts`).
     plan_without_sorts(session)
-    limited = query.order_by(CLAIM_ORDER).limit(config.drain_batch).subquery()
-    count = session.scalar(select(func.count()).select_from(limited)) or 0
+    counting = _count_read(not shard.is_whole, bool(skip), config.drain_batch)
+    count = session.scalar(counting, values) or 0
     if paced:
+        due = claimable(identity_id, lane, now, hold, shard)
         count += (
             session.scalar(
                 select(func.count(func.distinct(Message.recipient))).where(
@@ -53,6 +62,17 @@ def count_due(
             or 0
         )
     return min(count, config.drain_batch)
+
+
+@cache
+def _count_read(sharded: bool, skipping: bool, batch: int) -> Any:
+    """`count_due`'s read, built once (`claimable_bound`): the claimable rows, up to a
+    batch, in the claim's order, none to a recipient in the parameter `skip`."""
+    query = select(Message.id).where(*claimable_bound(sharded))
+    if skipping:
+        query = query.where(Message.recipient.not_in(bindparam("skip", expanding=True)))
+    limited = query.order_by(CLAIM_ORDER).limit(batch).subquery()
+    return select(func.count()).select_from(limited)
 
 
 def owed_verdicts(session: Session, identity_id: int, lane: str, now: datetime) -> list[int]:

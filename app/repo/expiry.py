@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from app.lifecycle import Source, Status
 from app.models import Message
 from app.providers.base import FailureClass
-from app.repo.claims import is_due, is_waiting
+from app.repo.claimable import is_due, is_waiting
 from app.repo.transitions import apply_status
 
 EXPIRED = FailureClass.EXPIRED.value

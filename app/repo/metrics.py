@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.lifecycle import Status
 from app.models import Identity, Message, Tenant
-from app.repo.claims import is_due
+from app.repo.claimable import is_due
 from app.repo.overview import LANES, due_since
 
 

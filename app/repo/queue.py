@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from app.lifecycle import Status
 from app.models import Identity, Message
 from app.providers.base import FailureClass
-from app.repo.claims import is_due
+from app.repo.claimable import is_due
 
 
 def due_drains(session: Session, now: datetime, limit: int = 10_000) -> list[tuple[int, str]]:
