@@ -50,7 +50,7 @@ MESSAGE_INDEXES = (
     # The dashboard's pages, which must not scan the table (issue 14 part 7), and the
     # drains' claims. Partial on the few rows still waiting, so their size follows the
     # backlog, not the history. Its last key is the claim's order, `id + 0` (`CLAIM_ORDER`
-    # in app/repo/claims.py): only this index gives that order, so the planner can never walk
+    # in app/repo/claimable.py): only this index gives that order, so the planner can never walk
     # the primary key from the table's first row instead.
     Index(
         "ix_messages_waiting",

@@ -2,7 +2,7 @@
 due, which verdicts are owed, and when something next will be (docs/design.md section 7).
 
 Each reads the waiting rows' indexes in an order one of them gives (`plan_without_sorts`
-in `app/repo/claims.py`), so its cost follows the backlog, not the history.
+in `app/repo/claimable.py`), so its cost follows the backlog, not the history.
 """
 
 from __future__ import annotations

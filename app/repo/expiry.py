@@ -2,7 +2,7 @@
 expiring messages").
 
 A message whose `expires_at` has passed is never claimed (`unexpired` in
-`app/repo/claims.py`); its drain fails it here at the start of each step, with failure
+`app/repo/claimable.py`); its drain fails it here at the start of each step, with failure
 class `expired` and no dead-letter rank (off the actionable list by default). Only a
 message no call holds now: queued, or sending between attempts (a retry due). One in
 flight is stopped by the pre-call check (`jobs/call.py`); one owing a verdict, or whose
