@@ -23,6 +23,7 @@ from app.dbtypes import UTCDateTime
 from app.lifecycle import Status
 from app.models import Message
 from app.repo.conversations import HOLD, in_conversation_order, overtaken_id
+from app.repo.shards import in_key_range
 from app.repo.template_holds import not_template_held
 from app.shards import WHOLE, Shard
 
@@ -80,7 +81,7 @@ def claimable(
 
 
 def _claimable(identity_id: Any, lane: Any, now: Any, since: Any, keys: Any) -> tuple[Any, ...]:
-    shard = () if keys is None else (Message.shard_key >= keys[0], Message.shard_key < keys[1])
+    shard = () if keys is None else in_key_range(*keys)
     return (
         Message.identity_id == identity_id,
         Message.lane == lane,

@@ -27,9 +27,11 @@ def lane_shards(identity: Any, lane: str, config: Config) -> int:
 def in_shard(shard: Shard) -> list[Any]:
     """The claim's filter for one shard: a range of `shard_key`, read in
     `ix_messages_waiting` (its last column); none for a lane's only shard."""
-    if shard.is_whole:
-        return []
-    low, high = shard.key_range()
+    return [] if shard.is_whole else in_key_range(*shard.key_range())
+
+
+def in_key_range(low: Any, high: Any) -> list[Any]:
+    """`shard_key` in [low, high): values, or bound parameters (`app/repo/claimable.py`)."""
     return [Message.shard_key >= low, Message.shard_key < high]
 
 
