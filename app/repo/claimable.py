@@ -16,7 +16,17 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Integer, String, and_, bindparam, func, literal_column, or_, select
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    String,
+    and_,
+    bindparam,
+    func,
+    literal_column,
+    or_,
+    select,
+)
 from sqlalchemy.orm import Session
 
 from app.dbtypes import UTCDateTime
@@ -101,7 +111,7 @@ def claimable_bound(sharded: bool) -> tuple[Any, ...]:
     `claim_parameters`): the same SQL, built and keyed once for every step."""
     keys = (bindparam("shard_low", type_=Integer), bindparam("shard_high", type_=Integer))
     return _claimable(
-        bindparam("identity_id", type_=Integer),
+        bindparam("identity_id", type_=BigInteger),
         bindparam("lane", type_=String),
         bindparam("now", type_=UTCDateTime()),
         bindparam("since", type_=UTCDateTime()),
@@ -146,7 +156,7 @@ def claim_read(sharded: bool, skipping: bool) -> Any:
     the earlier message of its conversation it overtakes, if any."""
     now, identity_id = (
         bindparam("now", type_=UTCDateTime()),
-        bindparam("identity_id", type_=Integer),
+        bindparam("identity_id", type_=BigInteger),
     )
     query = (
         select(*claim_columns(now, identity_id))

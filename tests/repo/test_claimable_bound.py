@@ -51,8 +51,30 @@ def test_the_bound_predicate_picks_what_the_predicate_with_values_picks(db: Data
             .values(not_before=T0 + timedelta(minutes=5))
         )
 
+    # Three people whose first message waits for a retry an hour away, first claimed 1, 2
+    # and 3 minutes after their messages were accepted: at T0 + 210 s (the hold reaching
+    # back to T0 + 150 s) the first two are past the hold and the third still holds.
+    retrying = [f"155588{n:05d}" for n in range(3)]
+    firsts = []
+    for person in retrying:
+        firsts.append(make_message(db, world, recipient=person, text="first"))
+        make_message(db, world, recipient=person, text="second")
+    with db.transaction() as session:
+        for minutes, first in enumerate(firsts, start=1):
+            session.execute(
+                update(Message)
+                .where(Message.id == first)
+                .values(
+                    status="sending",
+                    attempt=1,
+                    sending_at=T0 + timedelta(minutes=minutes),
+                    next_attempt_at=T0 + timedelta(hours=1),
+                )
+            )
+
     seen = set()
-    for at in (T0, T0 + timedelta(seconds=30), T0 + timedelta(minutes=10)):
+    instants = (T0, T0 + timedelta(seconds=30), T0 + timedelta(seconds=210))
+    for at in (*instants, T0 + timedelta(minutes=10)):
         for shard in (WHOLE, *(Shard(index, 4) for index in range(4))):
             literal = _ids(db, claimable(world.identity_id, "campaign", at, HOLD, shard), None)
             values = claim_parameters(world.identity_id, "campaign", at, HOLD, shard)
@@ -61,6 +83,18 @@ def test_the_bound_predicate_picks_what_the_predicate_with_values_picks(db: Data
             seen.add((shard, len(literal)))
     # The cases differ from one another: the comparison is not of empty sets.
     assert len({count for _, count in seen}) > 2, seen
+    at = T0 + timedelta(seconds=210)
+    values = claim_parameters(world.identity_id, "campaign", at, HOLD, WHOLE)
+    past_the_hold = set(_ids(db, claimable_bound(False), values)) - set(firsts)
+    with db.transaction() as session:
+        seconds = dict(
+            session.execute(
+                select(Message.recipient, Message.id).where(
+                    Message.recipient.in_(retrying), Message.id.not_in(firsts)
+                )
+            ).all()
+        )
+    assert [seconds[p] in past_the_hold for p in retrying] == [True, True, False]
     assert claim.message_id not in _ids(
         db, claimable_bound(False), claim_parameters(world.identity_id, "campaign", T0, HOLD, WHOLE)
     )
