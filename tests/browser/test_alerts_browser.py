@@ -22,6 +22,7 @@ from ..sandbox.conftest import SandboxProcess, start_sandbox_process, stop_sandb
 from ..views.dashboard_world import PASSWORD, make_staff
 from .alert_runs import evaluate
 from .conftest import Served, screenshot
+from .dashboard_steps import follow
 from .sandbox_identity import make_identity
 
 pytestmark = pytest.mark.slow
@@ -47,7 +48,7 @@ def test_the_banner_appears_when_the_workers_stop_and_clears_when_they_return(
     expect(page).to_have_url(re.compile(r"/sign-in"))
     page.get_by_label("Email").fill("ops@acme.test")
     page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
+    follow(page, page.get_by_role("button", name="Sign in"))
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
     banner = page.locator("#alert-banner")
     expect(banner).to_be_attached()
@@ -61,7 +62,7 @@ def test_the_banner_appears_when_the_workers_stop_and_clears_when_they_return(
     expect(banner).to_contain_text("campaign lane")
     screenshot(page, "alerts-02-banner-firing")
 
-    banner.get_by_role("link", name="Open the alerts page").click()
+    follow(page, banner.get_by_role("link", name="Open the alerts page"))
     expect(page.get_by_role("heading", name="Alerts", exact=True)).to_be_visible()
     expect(page.locator("#alerts-firing")).to_contain_text("never claimed")
     screenshot(page, "alerts-03-alerts-page")
@@ -71,9 +72,9 @@ def test_the_banner_appears_when_the_workers_stop_and_clears_when_they_return(
     queue = get_queue("campaign")
     SimpleWorker([queue], connection=queue.connection).work(burst=True, with_scheduler=False)
     evaluate(served)
-    page.get_by_role("link", name="Overview").click()
+    follow(page, page.get_by_role("link", name="Overview"))
     expect(page.locator("#alert-banner").get_by_role("alert")).to_have_count(0, timeout=12_000)
     screenshot(page, "alerts-04-banner-cleared")
-    page.get_by_role("link", name="Alerts", exact=True).click()
+    follow(page, page.get_by_role("link", name="Alerts", exact=True))
     expect(page.locator("#alerts-firing")).to_contain_text("No alert is firing.")
     screenshot(page, "alerts-05-history")

@@ -15,6 +15,7 @@ from app.repo.bulkrun import run_chunk
 
 from ..views.dashboard_world import NOW, PASSWORD, Tenants, failed_message, make_staff, make_tenants
 from .conftest import Served, screenshot
+from .dashboard_steps import follow
 
 pytestmark = pytest.mark.slow
 
@@ -45,15 +46,15 @@ def test_an_operator_bulk_requeues_a_filtered_set_watches_it_and_finds_it_in_the
     page.goto(served.url + "/sign-in")
     page.get_by_label("Email").fill("ops@acme.test")
     page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
+    follow(page, page.get_by_role("button", name="Sign in"))
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
 
-    page.get_by_role("link", name="Dead letters", exact=True).click()
+    follow(page, page.get_by_role("link", name="Dead letters", exact=True))
     page.get_by_label("Identity").select_option(str(tenants.acme.identity_id))
-    page.get_by_role("button", name="Filter").click()
+    follow(page, page.get_by_role("button", name="Filter"))
     expect(page).to_have_url(re.compile(rf"identity={tenants.acme.identity_id}"))
     screenshot(page, "bulk-00-dead-letters")
-    page.get_by_role("button", name="Requeue matching…").click()
+    follow(page, page.get_by_role("button", name="Requeue matching…"))
 
     expect(page.get_by_role("heading", name=re.compile(r"Bulk requeue #\d+"))).to_be_visible()
     expect(page.locator(".lede")).to_contain_text("identity=whatsapp …0001")
@@ -97,7 +98,7 @@ def test_an_operator_bulk_requeues_a_filtered_set_watches_it_and_finds_it_in_the
     expect(progress.locator("#bulk-counts")).to_contain_text("7/7: 7 requeued, 0 skipped")
     screenshot(page, "bulk-05-done")
 
-    page.get_by_role("link", name="Its rows in the audit log").click()
+    follow(page, page.get_by_role("link", name="Its rows in the audit log"))
     expect(page.get_by_role("heading", name="Audit log")).to_be_visible()
     done_row = page.locator("tr", has_text="bulk.requeue.done")
     expect(done_row).to_contain_text("ops@acme.test")
@@ -119,7 +120,7 @@ def test_one_click_copies_the_ticket_summary_masked_and_without_the_body(
     page.goto(served.url + "/sign-in")
     page.get_by_label("Email").fill("ops@acme.test")
     page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
+    follow(page, page.get_by_role("button", name="Sign in"))
     page.goto(f"{served.url}/messages/{message_id}")
     page.get_by_role("button", name="Copy ticket summary").click()
     expect(page.locator("#copy-ticket-said")).to_have_text("Copied: recipient masked, no body.")
@@ -147,12 +148,12 @@ def test_an_operator_cancels_a_campaign_sent_by_mistake_from_the_stuck_page(
     page.goto(served.url + "/sign-in")
     page.get_by_label("Email").fill("ops@acme.test")
     page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    page.get_by_role("link", name="Stuck", exact=True).click()
-    page.get_by_role("link", name="Cancel queued messages…").click()
+    follow(page, page.get_by_role("button", name="Sign in"))
+    follow(page, page.get_by_role("link", name="Stuck", exact=True))
+    follow(page, page.get_by_role("link", name="Cancel queued messages…"))
     page.get_by_label("Identity").select_option(str(tenants.acme.identity_id))
     page.get_by_label("Lane").select_option("campaign")
-    page.get_by_role("button", name="Preview the cancel").click()
+    follow(page, page.get_by_role("button", name="Preview the cancel"))
     # The numbers add up: 4 matched, the 3 the button cancels, the 1 left alone.
     expect(page.locator("#preview-total")).to_have_text(
         "The filters match 4: 3 can be canceled, 1 already claimed by a worker and may be "

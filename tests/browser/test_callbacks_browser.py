@@ -15,7 +15,7 @@ from ..callbacks.conftest import BOX, add_endpoint, at, delivered_message, outbo
 from ..callbacks.receiver import Receiver
 from ..views.dashboard_world import make_staff, make_tenants
 from .conftest import Served, axe_violations, screenshot
-from .dashboard_steps import sign_in
+from .dashboard_steps import follow, sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,7 @@ def test_an_admin_sees_why_an_endpoint_stopped_enables_it_and_replays_a_callback
         deliver_due(served.db, BOX, config, endpoint_id, lambda: first.next_attempt_at)
 
         sign_in(page, served, "admin@acme.test")
-        page.get_by_role("link", name="Callbacks").click()
+        follow(page, page.get_by_role("link", name="Callbacks"))
         section = page.locator(f"#endpoint-{endpoint_id}")
         expect(section).to_contain_text("disabled")
         expect(section).to_contain_text("gone: the receiver answered 410")

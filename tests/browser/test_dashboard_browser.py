@@ -21,7 +21,7 @@ from ..views.dashboard_world import (
     sent_message,
 )
 from .conftest import Served, screenshot
-from .dashboard_steps import sign_in
+from .dashboard_steps import follow, sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,7 @@ def test_an_operator_signs_in_sees_a_queue_turn_stuck_and_requeues_a_dead_letter
     expect(campaign).to_contain_text("1 m 35 s")
     screenshot(page, "02-overview-stuck")
 
-    page.get_by_role("link", name="Stuck", exact=True).click()
+    follow(page, page.get_by_role("link", name="Stuck", exact=True))
     expect(page.get_by_role("heading", name="Stuck messages")).to_be_visible()
     expect(page.locator("#stuck-table")).to_contain_text("never claimed")
     screenshot(page, "03-stuck")
@@ -73,7 +73,7 @@ def test_an_operator_signs_in_sees_a_queue_turn_stuck_and_requeues_a_dead_letter
     lane = watcher.locator("#overview-table tbody tr", has_text="campaign")
     expect(lane.locator('td[data-label="Dead letters"]')).to_have_text("1")
 
-    page.get_by_role("link", name="Dead letters").click()
+    follow(page, page.get_by_role("link", name="Dead letters"))
     row = page.locator(f"#dead-letter-{dead}")
     expect(row).to_contain_text("Template name does not exist in the translation")
     expect(row).to_contain_text("132001")
@@ -94,7 +94,7 @@ def test_an_operator_signs_in_sees_a_queue_turn_stuck_and_requeues_a_dead_letter
     expect(lane.locator('td[data-label="Dead letters"]')).to_have_text("0", timeout=12_000)
     watcher.close()
 
-    row.get_by_role("link", name=f"#{dead}").click()
+    follow(page, row.get_by_role("link", name=f"#{dead}"))
     expect(page.get_by_role("heading", name=re.compile(f"Message #{dead}"))).to_be_visible()
     expect(page.locator("#status-widget")).to_contain_text("queued")
     expect(page.locator("table.timeline")).to_contain_text("requeued by ops@acme.test")
@@ -110,11 +110,10 @@ def test_search_by_provider_id_opens_the_message_and_a_failed_one_shows_what_to_
         served.db, tenants.acme, error=TEMPLATE_ERROR, accepted_id="wamid.SECONDCOPY"
     )
     sign_in(page, served, "ops@acme.test")
-    page.wait_for_load_state()  # dashboard.js (deferred) listens for "/"
     page.keyboard.press("/")  # the search box takes the focus
     expect(page.get_by_role("searchbox", name="Search messages")).to_be_focused()
     page.keyboard.type(wamid)
-    page.keyboard.press("Enter")
+    follow(page, "Enter")
     expect(page.get_by_role("heading", name=re.compile(f"Message #{message_id}"))).to_be_visible()
     expect(page.locator("#status-widget")).to_contain_text("sent")
     expect(page.locator("#status-widget")).to_have_attribute("hx-get", re.compile("/status"))
@@ -130,7 +129,7 @@ def test_search_by_provider_id_opens_the_message_and_a_failed_one_shows_what_to_
 def test_a_viewer_finds_no_requeue_button(page: Page, served: Served, tenants: Tenants) -> None:
     dead = failed_message(served.db, tenants.acme, error=TEMPLATE_ERROR)
     sign_in(page, served, "view@acme.test")
-    page.get_by_role("link", name="Dead letters").click()
+    follow(page, page.get_by_role("link", name="Dead letters"))
     row = page.locator(f"#dead-letter-{dead}")
     expect(row).to_contain_text("Read only: an operator can requeue.")
     expect(row.get_by_role("button")).to_have_count(0)

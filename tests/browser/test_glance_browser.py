@@ -23,7 +23,7 @@ from ..views.dashboard_world import (
     sent_message,
 )
 from .conftest import Served, screenshot
-from .dashboard_steps import sign_in, tab_to
+from .dashboard_steps import follow, sign_in, tab_to
 
 pytestmark = pytest.mark.slow
 
@@ -107,7 +107,7 @@ def test_the_charts_page_draws_an_hour_a_person_can_read(
         sent_message(served.db, tenants.acme, f"wamid.more{minute}", minute=minute)
         failed_message(served.db, tenants.acme, minute=minute)
     sign_in(page, served, "ops@acme.test")
-    page.get_by_role("link", name="Charts", exact=True).click()
+    follow(page, page.get_by_role("link", name="Charts", exact=True))
     expect(page.get_by_role("heading", name="Charts", exact=True)).to_be_visible()
     expect(page.get_by_role("img", name=re.compile("Messages per 1 m"))).to_be_visible()
     expect(page.locator("svg.chart")).to_have_count(4)
@@ -148,10 +148,10 @@ def test_a_stuck_lane_with_no_worker_is_red_on_the_overview_and_named_in_the_ale
     expect(page.locator(".alert-banner")).to_contain_text("no live worker on the campaign lane")
     expect(page.locator(".alert-banner")).to_contain_text("Now:")
     screenshot(page, "43-overview-no-worker")
-    page.get_by_role("link", name="Workers", exact=True).click()
+    follow(page, page.get_by_role("link", name="Workers", exact=True))
     expect(page.locator("#workers-table")).to_contain_text("reply-worker-1")
     screenshot(page, "44-workers")
-    page.get_by_role("link", name="Identities", exact=True).click()
+    follow(page, page.get_by_role("link", name="Identities", exact=True))
     expect(page.locator("#identities-table")).to_contain_text("NOT SENDING")
     screenshot(page, "45-identities-not-sending")
 
@@ -162,7 +162,7 @@ def test_a_dead_letter_is_found_read_and_requeued_by_keyboard_alone(
     message_id = failed_message(served.db, tenants.acme)
     sign_in(page, served, "ops@acme.test")
     tab_to(page, "el.textContent.trim() === 'Dead letters' && el.tagName === 'A'")
-    page.keyboard.press("Enter")
+    follow(page, "Enter")
     expect(page.get_by_role("heading", name="Dead letters")).to_be_visible()
     tab_to(page, "el.tagName === 'SUMMARY'")  # the row's folded details
     page.keyboard.press("Enter")

@@ -16,7 +16,7 @@ from jobs.queues import get_queue, get_redis
 from ..factories import make_message
 from ..views.dashboard_world import NOW, Tenants, make_staff, make_tenants
 from .conftest import Served, screenshot
-from .dashboard_steps import sign_in
+from .dashboard_steps import follow, sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def test_an_operator_pauses_and_resumes_an_identity_and_the_overview_shows_it(
     expect(campaign).to_contain_text("OK")
     expect(reply).to_contain_text("OK")
 
-    page.get_by_role("link", name="Identities").click()
+    follow(page, page.get_by_role("link", name="Identities"))
     expect(page.get_by_role("heading", name="Identities")).to_be_visible()
     row = page.locator(f"#identity-{tenants.acme.identity_id}")
     expect(row).to_contain_text("full speed")
@@ -103,7 +103,7 @@ def test_an_admin_replaces_a_token_and_adds_a_staff_login(
     page: Page, served: Served, tenants: Tenants
 ) -> None:
     sign_in(page, served, "admin@acme.test")
-    page.get_by_role("link", name="Identities").click()
+    follow(page, page.get_by_role("link", name="Identities"))
     row = page.locator(f"#identity-{tenants.acme.identity_id}")
     # A token pasted with a zero-width space is refused, and not echoed back.
     row.get_by_text("Replace token or secret…").click()
@@ -120,7 +120,7 @@ def test_an_admin_replaces_a_token_and_adds_a_staff_login(
     expect(page.locator("body")).not_to_contain_text("EAAG-brand-new-token")
     screenshot(page, "26-identities-token-replaced")
 
-    page.get_by_role("link", name="Staff").click()
+    follow(page, page.get_by_role("link", name="Staff"))
     expect(page.get_by_role("heading", name="Staff")).to_be_visible()
     page.get_by_text("Add a staff login…").click()
     page.get_by_label("Email", exact=True).fill("night.shift@acme.test")

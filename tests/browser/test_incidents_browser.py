@@ -22,7 +22,7 @@ from ..views.dashboard_world import (
     sent_message,
 )
 from .conftest import Served, axe_violations, screenshot
-from .dashboard_steps import sign_in, tab_to
+from .dashboard_steps import follow, sign_in, tab_to
 
 pytestmark = pytest.mark.slow
 
@@ -52,11 +52,10 @@ def test_a_customers_missing_message_is_found_by_their_numbers_last_digits_by_ke
         served.db, tenants.acme, error=TEMPLATE_ERROR, recipient="5511987654567", minute=4
     )
     sign_in(page, served, "ops@acme.test")
-    page.wait_for_load_state()  # dashboard.js (deferred) listens for "/"
     page.keyboard.press("/")
     expect(page.get_by_role("searchbox", name="Search messages")).to_be_focused()
     page.keyboard.type("4567")
-    page.keyboard.press("Enter")
+    follow(page, "Enter")
     # Several numbers end in 4567: a choice, not a guess.
     expect(page.get_by_role("heading", name="Search")).to_be_visible()
     results = page.get_by_role("region", name="Search results")
@@ -64,7 +63,7 @@ def test_a_customers_missing_message_is_found_by_their_numbers_last_digits_by_ke
     expect(results).to_contain_text("…4567")
     screenshot(page, "50-missing-search-choice")
     tab_to(page, f"el.tagName === 'A' && el.textContent.trim() === '#{theirs}'")
-    page.keyboard.press("Enter")
+    follow(page, "Enter")
     expect(page.get_by_role("heading", name=re.compile(f"Message #{theirs}"))).to_be_visible()
     expect(page.locator("#status-widget")).to_contain_text("failed")
     expect(page.locator("section.failure")).to_contain_text("132001")
@@ -94,10 +93,10 @@ def test_a_failed_template_campaign_is_filtered_by_its_label_and_requeued_alone(
         )
     other = failed_message(db, acme, error=TEMPLATE_ERROR, campaign="welcome", minute=5)
     sign_in(page, served, "ops@acme.test")
-    page.get_by_role("link", name="Dead letters", exact=True).click()
+    follow(page, page.get_by_role("link", name="Dead letters", exact=True))
     expect(page.locator("table.dead-letters tbody tr")).to_have_count(4)
     page.get_by_label("Campaign label").fill("black-friday")
-    page.get_by_role("button", name="Filter").click()
+    follow(page, page.get_by_role("button", name="Filter"))
     expect(page).to_have_url(re.compile(r"campaign=black-friday"))
     rows = page.locator("table.dead-letters tbody tr")
     expect(rows).to_have_count(3)
@@ -108,7 +107,7 @@ def test_a_failed_template_campaign_is_filtered_by_its_label_and_requeued_alone(
     screenshot(page, "52-campaign-dead-letters")
 
     # The template fixed in WhatsApp Manager: requeue this campaign's failures, no other.
-    page.get_by_role("button", name="Requeue matching…").click()
+    follow(page, page.get_by_role("button", name="Requeue matching…"))
     expect(page.get_by_role("heading", name=re.compile(r"Bulk requeue #\d+"))).to_be_visible()
     expect(page.locator(".lede")).to_contain_text("black-friday")
     expect(page.locator("#preview-total")).to_contain_text("The filters match 3")
@@ -127,7 +126,7 @@ def test_a_failed_template_campaign_is_filtered_by_its_label_and_requeued_alone(
     expect(progress).to_contain_text("Done", timeout=8_000)
     expect(progress.locator("#bulk-counts")).to_contain_text("3/3: 3 requeued, 0 skipped")
     screenshot(page, "54-campaign-requeued")
-    page.get_by_role("link", name="Dead letters", exact=True).click()
+    follow(page, page.get_by_role("link", name="Dead letters", exact=True))
     expect(page.locator("table.dead-letters tbody tr")).to_have_count(1)
     expect(page.locator(f"#dead-letter-{other}")).to_contain_text("welcome")
 
@@ -137,7 +136,7 @@ def test_a_dead_letter_is_dismissed_with_a_reason_found_again_and_the_dismissal_
 ) -> None:
     dead = failed_message(served.db, tenants.acme, error=TEMPLATE_ERROR)
     sign_in(page, served, "ops@acme.test")
-    page.get_by_role("link", name="Dead letters", exact=True).click()
+    follow(page, page.get_by_role("link", name="Dead letters", exact=True))
     row = page.locator(f"#dead-letter-{dead}")
     row.get_by_label(f"Why dismiss #{dead}").fill("customer unsubscribed, ticket 4411")
     row.get_by_role("button", name="Dismiss").click()
@@ -148,11 +147,11 @@ def test_a_dead_letter_is_dismissed_with_a_reason_found_again_and_the_dismissal_
     expect(page.locator("main")).to_contain_text("No dead letters")
 
     page.get_by_label("dismissed or canceled instead").check()
-    page.get_by_role("button", name="Filter").click()
+    follow(page, page.get_by_role("button", name="Filter"))
     row = page.locator(f"#dead-letter-{dead}")
     expect(row).to_contain_text("Dismissed: off the actionable list.")
     screenshot(page, "56-dismissed-list")
-    page.get_by_role("link", name="Audit", exact=True).click()
+    follow(page, page.get_by_role("link", name="Audit", exact=True))
     expect(page.locator("main")).to_contain_text("customer unsubscribed, ticket 4411")
     screenshot(page, "57-dismissal-audited")
 

@@ -10,6 +10,7 @@ from playwright.sync_api import Page, expect
 from ..factories import make_world
 from ..views.dashboard_world import PASSWORD, failed_message, make_staff
 from .conftest import Served, screenshot
+from .dashboard_steps import follow
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +40,7 @@ def test_a_messenger_window_closed_dead_letter_says_so_and_what_to_do(
     page.goto(served.url + "/sign-in")
     page.get_by_label("Email").fill("ops@acme.test")
     page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
+    follow(page, page.get_by_role("button", name="Sign in"))
     page.goto(f"{served.url}/dead-letters")
     row = page.locator("tr", has_text=f"#{dead}")
     expect(row).to_contain_text("messaging window")

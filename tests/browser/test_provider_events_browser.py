@@ -17,7 +17,7 @@ from ..conftest import SECRET_KEY, T0
 from ..meta import BUSINESS_ACCOUNT_ID, account_body, encode, sign
 from ..views.dashboard_world import Tenants, make_staff, make_tenants
 from .conftest import Served, axe_violations, screenshot
-from .dashboard_steps import sign_in
+from .dashboard_steps import follow, sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def test_a_support_person_reads_metas_events_for_an_identity_and_filters_them(
     served.clock.now = utcnow() + timedelta(minutes=1)
     sign_in(page, served, "look@acme.test")
 
-    page.get_by_role("link", name="Identities").click()
+    follow(page, page.get_by_role("link", name="Identities"))
     row = page.locator(f"#identity-{tenants.acme.identity_id}")
     expect(row).to_contain_text("number quality DOWNGRADE, limit TIER_250 (was TIER_1K)")
     expect(row).to_contain_text("campaign reach, last 24 h and waiting: 0 unique of 250")
@@ -71,7 +71,7 @@ def test_a_support_person_reads_metas_events_for_an_identity_and_filters_them(
     expect(row).to_contain_text("Meta restricted the account")
     screenshot(page, "31-identities-meta-news")
 
-    row.get_by_role("link", name="Meta's events").click()
+    follow(page, row.get_by_role("link", name="Meta's events"))
     expect(
         page.get_by_role("heading", name=f"Meta's events for identity #{tenants.acme.identity_id}")
     ).to_be_visible()
@@ -90,7 +90,7 @@ def test_a_support_person_reads_metas_events_for_an_identity_and_filters_them(
     assert axe_violations(page) == []  # the verbatim delivery's box included
 
     page.get_by_label("Kind").select_option("message_template_status_update")
-    page.get_by_role("button", name="Filter").click()
+    follow(page, page.get_by_role("button", name="Filter"))
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("PAUSED")
     screenshot(page, "31-provider-events-filtered")

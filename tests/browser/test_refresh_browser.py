@@ -14,7 +14,7 @@ from app.repo.requeues import requeue_from_dashboard
 
 from ..views.dashboard_world import NOW, Tenants, failed_message, make_staff, make_tenants
 from .conftest import Served, axe_violations, screenshot
-from .dashboard_steps import sign_in
+from .dashboard_steps import follow, sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,7 @@ def test_the_dead_letter_rows_refresh_in_place_keeping_focus_and_adding_no_row(
     second = failed_message(db, tenants.acme, minute=2)
     page.clock.install()
     sign_in(page, served, "ops@acme.test")
-    page.get_by_role("link", name="Dead letters", exact=True).click()
+    follow(page, page.get_by_role("link", name="Dead letters", exact=True))
     rows = page.locator("#dead-letters-list tbody tr")
     expect(rows).to_have_count(2)
     page.locator(f"#dead-letter-{first}").get_by_role("link", name=f"#{first}").focus()
@@ -115,7 +115,7 @@ def test_a_requeue_on_the_page_stays_confirmed_after_the_refresh_and_a_dismissal
     dismissed = failed_message(db, tenants.acme, minute=2)
     page.clock.install()
     sign_in(page, served, "ops@acme.test")
-    page.get_by_role("link", name="Dead letters", exact=True).click()
+    follow(page, page.get_by_role("link", name="Dead letters", exact=True))
     row = page.locator(f"#dead-letter-{requeued}")
     row.get_by_role("button", name="Requeue", exact=True).click()
     expect(row).to_contain_text("Requeued: cycle 2, new provider key.")

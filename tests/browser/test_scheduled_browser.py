@@ -13,6 +13,7 @@ from app.models import Message
 from ..factories import make_message, make_world
 from ..views.dashboard_world import NOW, PASSWORD, make_staff
 from .conftest import Served, screenshot
+from .dashboard_steps import follow
 
 
 def test_a_scheduled_message_page_says_when_it_goes_and_until_when(
@@ -31,7 +32,7 @@ def test_a_scheduled_message_page_says_when_it_goes_and_until_when(
     page.goto(served.url + "/sign-in")
     page.get_by_label("Email").fill("ops@acme.test")
     page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
+    follow(page, page.get_by_role("button", name="Sign in"))
     page.goto(f"{served.url}/messages/{message_id}")
     body = page.locator("body")
     expect(body).to_contain_text(f"scheduled for {send_at.strftime('%Y-%m-%d %H:%M:%S')} UTC")

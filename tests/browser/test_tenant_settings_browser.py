@@ -13,7 +13,7 @@ from app.models import Tenant
 from ..jobs.retention_world import purge_all_due
 from ..views.dashboard_world import NOW, Tenants, failed_message, make_staff, make_tenants
 from .conftest import Served, screenshot
-from .dashboard_steps import sign_in
+from .dashboard_steps import follow, sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def test_a_platform_admin_sets_limits_and_a_purged_message_says_so(
 ) -> None:
     failed = failed_message(served.db, tenants.acme, failure_class="permanent")
     sign_in(page, served, "root@ratchet.test")
-    page.get_by_role("link", name="Tenants").click()
+    follow(page, page.get_by_role("link", name="Tenants"))
     expect(page.get_by_role("heading", name="Tenants")).to_be_visible()
     row = page.locator(f"#tenant-{tenants.acme.tenant_id}")
     row.get_by_label("Requests per second for acme").fill("25")

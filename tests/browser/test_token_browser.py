@@ -22,7 +22,7 @@ from ..sandbox.conftest import SandboxProcess, start_sandbox_process, stop_sandb
 from ..views.dashboard_world import make_staff
 from .alert_runs import evaluate
 from .conftest import Served, axe_violations, screenshot
-from .dashboard_steps import sign_in
+from .dashboard_steps import follow, sign_in
 from .sandbox_identity import make_identity
 
 pytestmark = pytest.mark.slow
@@ -64,7 +64,7 @@ def test_an_expired_token_pauses_the_identity_and_an_admin_replaces_it_and_resum
     expect(page.locator("#status-widget")).not_to_contain_text("in flight until")
     screenshot(page, "61-token-message-held")
 
-    page.get_by_role("link", name="Identities", exact=True).click()
+    follow(page, page.get_by_role("link", name="Identities", exact=True))
     row = page.locator(f"#identity-{world.identity_id}")
     expect(row).to_contain_text("190")
     expect(row).to_contain_text("by ratchet, automatically")
@@ -88,7 +88,7 @@ def test_an_expired_token_pauses_the_identity_and_an_admin_replaces_it_and_resum
     expect(page.locator("#status-widget")).to_contain_text(re.compile(r"sent|delivered|read"))
     expect(banner.get_by_role("alert")).to_have_count(0)
     screenshot(page, "64-token-message-sent")
-    page.get_by_role("link", name="Audit", exact=True).click()
+    follow(page, page.get_by_role("link", name="Audit", exact=True))
     audit = page.locator("main table")
     expect(audit).to_contain_text("token replaced")
     expect(audit.locator("tr", has_text="identity.pause")).to_contain_text("automatic")

@@ -21,7 +21,7 @@ from ..factories import make_message, make_world
 from ..views.dashboard_world import T0, make_staff
 from ..views.twilio_world import FIXTURES, SID, TOKEN
 from .conftest import Served, screenshot
-from .dashboard_steps import sign_in
+from .dashboard_steps import follow, sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +55,7 @@ def test_an_undelivered_twilio_message_reads_as_a_dead_letter_with_what_to_do(
         served.clock.now = failed.failed_at + timedelta(minutes=1)
 
     sign_in(page, served, "ops@acme.test")
-    page.get_by_role("link", name="Dead letters").click()
+    follow(page, page.get_by_role("link", name="Dead letters"))
     row = page.locator(f"#dead-letter-{message_id}")
     expect(row).to_contain_text("63016")
     expect(row).to_contain_text("Outside the 24-hour window: free-form text is not allowed.")
@@ -64,6 +64,6 @@ def test_an_undelivered_twilio_message_reads_as_a_dead_letter_with_what_to_do(
     row.get_by_text("Details, trace id, HTTP").click()
     expect(row).to_contain_text("undelivered")  # Twilio's callback, verbatim
     screenshot(page, "twilio-01-dead-letters")
-    row.get_by_role("link", name=f"#{message_id}").click()
+    follow(page, row.get_by_role("link", name=f"#{message_id}"))
     expect(page.locator("#status-widget")).to_contain_text("failed")
     screenshot(page, "twilio-02-message-failed")
