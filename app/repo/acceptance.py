@@ -41,7 +41,9 @@ def record_accepted(
     Returns None when the write is stale (our lease was taken over): nothing is changed.
     """
     current = session.execute(
-        select(Message.status, Message.provider_message_id).where(*fenced(claim)).with_for_update()
+        select(Message.status, Message.provider_message_id)
+        .where(*fenced(claim))
+        .with_for_update(key_share=True)
     ).first()
     if current is None:
         return None
@@ -258,7 +260,7 @@ def record_late_acceptance(
     row = session.execute(
         select(Message.cycle, Message.provider_message_id)
         .where(Message.id == claim.message_id)
-        .with_for_update()
+        .with_for_update(key_share=True)
     ).first()
     if row is None:
         return None

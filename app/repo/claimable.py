@@ -163,7 +163,7 @@ def claim_read(sharded: bool, skipping: bool) -> Any:
         .where(*claimable_bound(sharded))
         .order_by(CLAIM_ORDER)
         .limit(bindparam("limit", type_=Integer))
-        .with_for_update(skip_locked=True)
+        .with_for_update(skip_locked=True, key_share=True)
     )
     if skipping:
         query = query.where(Message.recipient.not_in(bindparam("skip", expanding=True)))

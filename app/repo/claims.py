@@ -203,7 +203,7 @@ def claim_batch(
                 .where(*due, Message.id.in_(oldest))
                 .order_by(CLAIM_ORDER)
                 .limit(limit)
-                .with_for_update(skip_locked=True)
+                .with_for_update(skip_locked=True, key_share=True)
             ).all()
         )
     if len(rows) < limit:

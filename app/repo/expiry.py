@@ -54,7 +54,7 @@ def expire_due(
         )
         .order_by(Message.id)
         .limit(limit)
-        .with_for_update(skip_locked=True)
+        .with_for_update(skip_locked=True, key_share=True)
     ).all()
     failed = []
     for row in rows:

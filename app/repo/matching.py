@@ -1,11 +1,21 @@
 """The reconciler's lookups: which message a provider's status is about, found and locked.
 
 Small primitives for `app/repo/status_match.py`, which decides what to do with what they
-find.
-Each one locks the message row it returns (`FOR UPDATE`; SQLite's `BEGIN IMMEDIATE`
+find. Plain Core statements on the tables: the hot path of every webhook, with no ORM
+objects.
+
+Each one locks the message row it returns (`FOR NO KEY UPDATE`; SQLite's `BEGIN IMMEDIATE`
 serialises writers instead), so the state it reads cannot change before the caller acts,
 and the caller can hand that state straight to `apply_status(..., known=...)`.
-Plain Core statements on the tables: the hot path of every webhook, with no ORM objects.
+
+`FOR NO KEY UPDATE`, as every lock taken on a message row to update it without changing a
+key: it excludes every other writer of the row, and lets through the key-share lock that
+PostgreSQL takes on a message for the foreign key of each event, attempt or callback row
+written for it. With `FOR UPDATE`, a bulk cancel writing its refusal for a message being
+sent (an event, so a key-share lock) held up the drain recording that message's answer,
+which then held up the cancel's next refusal: a deadlock. (A requeue gives the message a
+new correlation id, a unique key, and a delete removes the row: those two lock
+`FOR UPDATE`, as their writes would anyway.)
 """
 
 from __future__ import annotations
@@ -57,7 +67,7 @@ def _locked(row: Sequence[Any]) -> LockedMessage:
 
 
 def _select_locked(*where: Any) -> Any:
-    return select(*_COLUMNS).where(*where).with_for_update()
+    return select(*_COLUMNS).where(*where).with_for_update(key_share=True)
 
 
 # Built once, with bound parameters: the webhook's hot path runs them for every status.
@@ -79,7 +89,7 @@ _BY_ATTEMPT = (
     )
     .order_by(_attempts.c.cycle.desc())
     .limit(1)
-    .with_for_update(of=_messages)
+    .with_for_update(of=_messages, key_share=True)
 )
 
 

@@ -121,7 +121,7 @@ def purge_messages(session: Session, cutoff: Cutoff, now: datetime, batch: int) 
         )
         .order_by(Message.created_at)
         .limit(batch)
-        .with_for_update(skip_locked=True)
+        .with_for_update(skip_locked=True, key_share=True)
     ).all()
     if not rows:
         return 0

@@ -164,7 +164,7 @@ def waiting_with_template(
             _language(Message) == language,
         )
         .order_by(Message.id)
-        .with_for_update(of=Message)
+        .with_for_update(of=Message, key_share=True)
     )
     return [Waiting(*row) for row in rows]
 

@@ -75,7 +75,7 @@ def match_by_provider_id() -> Select[Any]:
         # One row, as the step-by-step lookup takes its first: the scalar subqueries of the
         # apply read it. (No ORDER BY: that could lead the planner to walk the primary key.)
         .limit(1)
-        .with_for_update()
+        .with_for_update(key_share=True)  # `app/repo/matching.py` says why
     )
 
 

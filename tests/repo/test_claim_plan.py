@@ -143,7 +143,7 @@ def test_a_shards_claim_reads_its_own_shards_rows_from_the_table_not_the_others(
         ).scalars()
         assert all(low <= key < high for key in keys)
     assert len(claims) == LIMIT
-    claim_plans = [plan for statement, plan in plans if "FOR UPDATE" in statement]
+    claim_plans = [plan for statement, plan in plans if "FOR NO KEY UPDATE" in statement]
     assert claim_plans, [statement for statement, _ in plans]
     for plan in claim_plans:
         scans = rows_read(plan[0]["Plan"])
