@@ -13,6 +13,10 @@ for the new ids) where there were two a message. Nothing else differs:
   way (`record_outcome`), as `accept_at_once`'s caller does when it writes nothing;
 - the attempt's row is written only with its message's move (its join reads `moved`): the
   message row is locked first, as everywhere (`_accept_statement`'s reasons);
+- the batch's message rows are locked in the order of their ids (`locked`), whatever order
+  the calls ended in, as the bulk runner and the template hold lock theirs: in the order
+  given, a drain's record and a template hold deadlocked (found by review, with the plan
+  PostgreSQL takes on a large table: a nested loop over the given rows);
 - the statuses parked for the ids are looked up after the statement, under the locks it
   took, and applied (`apply_parked`'s rule: the two cannot miss each other).
 """
@@ -59,6 +63,12 @@ WITH given AS (
     ) AS given(id, cycle, attempt, pmid, unknown_attempts, had_unknown, http_status,
                response_body, detail)
 ),
+locked AS (
+    SELECT messages.id FROM messages
+    WHERE messages.id = ANY(CAST(:ids AS bigint[]))
+    ORDER BY messages.id
+    FOR NO KEY UPDATE
+),
 moved AS (
     UPDATE messages SET
         status = :sent,
@@ -68,7 +78,7 @@ moved AS (
         unknown_attempts = given.unknown_attempts,
         failure_class = NULL,
         had_unknown_outcome = messages.had_unknown_outcome OR given.had_unknown
-    FROM given
+    FROM given JOIN locked ON locked.id = given.id
     WHERE messages.id = given.id
         AND messages.cycle = given.cycle
         AND messages.attempt = given.attempt

@@ -2,8 +2,8 @@
 
 A cancel is one compare-and-set from `queued` to `failed` (class `canceled`), fenced on the
 cycle the caller saw. A worker's claim is the same kind of write on the same row
-(`WHERE status = 'queued'`, or a `SELECT ... FOR UPDATE SKIP LOCKED` that re-checks the row
-once it holds it), so of a cancel and a claim racing each other exactly one wins: the
+(`WHERE status = 'queued'`, or a `SELECT ... FOR NO KEY UPDATE SKIP LOCKED` that re-checks
+the row once it holds it), so of a cancel and a claim racing each other exactly one wins: the
 message is either canceled and never sent, or claimed and not canceled.
 
 A dismissal takes a failed message out of the actionable list (its `dead_letter_rank` is

@@ -164,8 +164,8 @@ def claim_batch(
 ) -> list[Claim]:
     """Claim up to `limit` due messages of one identity and lane for one attempt each.
 
-    1. Pick them in one `SELECT ... FOR UPDATE SKIP LOCKED` (PostgreSQL): drains of the same
-       identity never wait on each other's rows. SQLite serialises writers instead.
+    1. Pick them in one `SELECT ... FOR NO KEY UPDATE SKIP LOCKED` (PostgreSQL): drains of
+       the same identity never wait on each other's rows. SQLite serialises writers instead.
     2. Move them in one UPDATE computing each row's values from its own state, exactly as
        `claim_message` does for one (the rows are locked, so the state read is the state
        written over), and append one claim event each in one INSERT.

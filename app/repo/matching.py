@@ -14,8 +14,7 @@ PostgreSQL takes on a message for the foreign key of each event, attempt or call
 written for it. With `FOR UPDATE`, a bulk cancel writing its refusal for a message being
 sent (an event, so a key-share lock) held up the drain recording that message's answer,
 which then held up the cancel's next refusal: a deadlock. (A requeue gives the message a
-new correlation id, a unique key, and a delete removes the row: those two lock
-`FOR UPDATE`, as their writes would anyway.)
+new correlation id, a unique key: it locks `FOR UPDATE`, as that write would anyway.)
 """
 
 from __future__ import annotations

@@ -16,17 +16,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
-from sqlalchemy import text
+from sqlalchemy import text, update
 from sqlalchemy.orm import Session
 
 from app.db import Database
 from app.models import Message
 from app.reconcile import record_delivery
 from app.repo.accept_batch import Acceptance, accept_many
+from app.repo.acceptance import record_accepted
 from app.repo.cancels import cancel_message
 from app.repo.claims import claim_batch
 from app.repo.events import append_event
+from app.repo.expiry import expire_due
 from app.repo.status_apply import apply_matched_by_provider_id
+from app.repo.template_holds import waiting_with_template
 
 from ..factories import make_message, make_world
 from ..views.dashboard_world import sent_message
@@ -127,3 +130,37 @@ def test_an_event_being_written_holds_up_neither_a_webhook_nor_a_claim(
                 drain, world.identity_id, "campaign", 10, T1 + timedelta(minutes=5), LEASE
             )
             assert [c.message_id for c in claims] == [queued]
+
+
+def test_an_event_being_written_holds_up_no_acceptance_expiry_hold_or_paced_claim(
+    committed_db: Database,
+) -> None:
+    db = committed_db
+    world = make_world(db, business_account_id="2000002")
+    answered = claimed(db, world, "15550000004")
+    expiring = make_message(db, world, recipient="15550000005")
+    template = {"name": "order_update", "language": "en_US"}
+    held = make_message(db, world, recipient="15550000006", template=template)
+    paced = make_message(db, world, recipient="15550000007")
+    with db.transaction() as session:
+        session.execute(update(Message).where(Message.id == expiring).values(expires_at=T1))
+
+    with db.transaction() as writer:
+        for message_id in (answered.message_id, expiring, held, paced):
+            an_event_for(writer, message_id)
+        with impatient(db) as drain:  # one answer recorded on its own (`accept_at_once`)
+            assert record_accepted(
+                drain, answered, "wamid.B", T1, unknown_attempts=0, had_unknown=False
+            )
+        with impatient(db) as drain:
+            assert expire_due(drain, world.identity_id, "campaign", T1) == [expiring]
+        with impatient(db) as meta:  # a template paused: its waiting messages, locked
+            waiting = waiting_with_template(
+                meta, "2000002", "order_update", "en_US", [world.identity_id]
+            )
+            assert [w.message_id for w in waiting] == [held]
+        with impatient(db) as drain:  # the oldest of each paced recipient's messages
+            claims = claim_batch(
+                drain, world.identity_id, "campaign", 10, T1, LEASE, one_each=["15550000007"]
+            )
+            assert paced in [c.message_id for c in claims]
