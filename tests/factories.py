@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from app.crypto import SecretBox
 from app.db import Database
 from app.models import Message
@@ -67,22 +69,48 @@ def make_message(
     template: dict[str, Any] | None = None,
 ) -> int:
     with database.transaction() as session:
-        message, _ = create_message(
+        return write_message(
             session,
-            NewMessage(
-                tenant_id=world.tenant_id,
-                identity_id=world.identity_id,
-                recipient=recipient,
-                lane=lane,
-                fingerprint="f" * 64,
-                body_text=text,
-                idempotency_key=key,
-                campaign=campaign,
-                template=template,
-            ),
-            now,
+            world,
+            recipient=recipient,
+            lane=lane,
+            text=text,
+            key=key,
+            now=now,
+            campaign=campaign,
+            template=template,
         )
-        return message.id
+
+
+def write_message(
+    session: Session,
+    world: World,
+    *,
+    recipient: str = "15551234567",
+    lane: str = "campaign",
+    text: str = "hello",
+    key: str | None = None,
+    now: datetime = T0,
+    campaign: str | None = None,
+    template: dict[str, Any] | None = None,
+) -> int:
+    """A message accepted for `world`'s identity in the caller's transaction, uncommitted."""
+    message, _ = create_message(
+        session,
+        NewMessage(
+            tenant_id=world.tenant_id,
+            identity_id=world.identity_id,
+            recipient=recipient,
+            lane=lane,
+            fingerprint="f" * 64,
+            body_text=text,
+            idempotency_key=key,
+            campaign=campaign,
+            template=template,
+        ),
+        now,
+    )
+    return message.id
 
 
 def message(db: Database, message_id: int) -> Message:

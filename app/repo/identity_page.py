@@ -116,8 +116,12 @@ def identity_rows(session: Session, tenant_id: int | None, now: datetime) -> lis
 
 
 def scoped_identity(session: Session, identity_id: int, tenant_id: int | None) -> Identity:
-    """The identity, locked for the action about to change it, if the scope may see it."""
-    query = select(Identity).where(Identity.id == identity_id).with_for_update()
+    """The identity, locked for the action about to change it, if the scope may see it.
+
+    `FOR NO KEY UPDATE` (no action changes a key of it): it excludes other writers and the
+    claim's share lock, and lets through the key-share lock each message written for the
+    identity takes, so the API's intake and the operator wait on neither side."""
+    query = select(Identity).where(Identity.id == identity_id).with_for_update(key_share=True)
     if tenant_id is not None:
         query = query.where(Identity.tenant_id == tenant_id)
     identity = session.scalars(query.execution_options(populate_existing=True)).one_or_none()

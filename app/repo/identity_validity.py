@@ -44,7 +44,7 @@ def set_default_validity(
     identity = session.scalars(
         select(Identity)
         .where(Identity.id == identity_id)
-        .with_for_update()
+        .with_for_update(key_share=True)  # `scoped_identity` says why
         .execution_options(populate_existing=True)
     ).one_or_none()
     if identity is None:

@@ -1,16 +1,19 @@
 """The steps the acceptance tests interleave on real PostgreSQL (`accept_at_once`): a claimed
 attempt, its provider's answer, a webhook status delivered beside it, a runner whose
-step waits on an event, and a wait until another backend is blocked on a row lock."""
+step waits on an event, a wait until another backend is blocked on a row lock, and a
+transaction that will not wait long for one (`impatient`)."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from app.config import Config
 from app.db import Database
@@ -71,6 +74,14 @@ def deliver(database: Database, incoming: IncomingStatus) -> dict[str, int]:
             statuses=[incoming],
         )
     return apply_recorded(database, recorded, T1)
+
+
+@contextmanager
+def impatient(database: Database) -> Iterator[Session]:
+    """A transaction that fails rather than wait more than two seconds for a row lock."""
+    with database.transaction() as session:
+        session.execute(text("SET LOCAL lock_timeout = '2s'"))
+        yield session
 
 
 def wait_until_blocked(database: Database) -> None:

@@ -12,11 +12,9 @@ timeout: under `FOR UPDATE` that side waits and fails with LockNotAvailable."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
-from sqlalchemy import text, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.db import Database
@@ -33,15 +31,7 @@ from app.repo.template_holds import waiting_with_template
 
 from ..factories import make_message, make_world
 from ..views.dashboard_world import sent_message
-from .acceptance_steps import LEASE, T1, claimed, deliver, status
-
-
-@contextmanager
-def impatient(db: Database) -> Iterator[Session]:
-    """A transaction that fails rather than wait more than two seconds for a row lock."""
-    with db.transaction() as session:
-        session.execute(text("SET LOCAL lock_timeout = '2s'"))
-        yield session
+from .acceptance_steps import LEASE, T1, claimed, deliver, impatient, status
 
 
 def an_event_for(session: Session, message_id: int) -> None:
