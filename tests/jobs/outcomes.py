@@ -47,8 +47,12 @@ def verdict_of(
     """The checker's verdict on a run: the API's acknowledgements against the sends the
     sandbox accepted for `number` and the messages and applied changes in the database."""
     ids = [a.message_id for a in acknowledged]
-    with env.db.transaction() as session:
-        messages = session.execute(
+    # The rows and their events in one snapshot: read at READ COMMITTED, a status applied
+    # between the two reads (the last message's `delivered`, arriving as the run ends) showed
+    # the row below its own event, and the checker called it a backward move.
+    snapshot = env.db.engine.connect().execution_options(isolation_level="REPEATABLE READ")
+    with snapshot as connection, connection.begin():
+        messages = connection.execute(
             select(
                 Message.id,
                 Message.correlation_id,
@@ -56,7 +60,7 @@ def verdict_of(
                 Message.failure_class,
             ).where(Message.id.in_(ids))
         ).all()
-        events = session.execute(
+        events = connection.execute(
             select(
                 MessageEvent.message_id,
                 MessageEvent.cycle,
