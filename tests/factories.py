@@ -56,30 +56,10 @@ def make_world(
         return World(tenant.id, key, identity.id)
 
 
-def make_message(
-    database: Database,
-    world: World,
-    *,
-    recipient: str = "15551234567",
-    lane: str = "campaign",
-    text: str = "hello",
-    key: str | None = None,
-    now: datetime = T0,
-    campaign: str | None = None,
-    template: dict[str, Any] | None = None,
-) -> int:
+def make_message(database: Database, world: World, **fields: Any) -> int:
+    """`write_message` in a transaction of its own, committed."""
     with database.transaction() as session:
-        return write_message(
-            session,
-            world,
-            recipient=recipient,
-            lane=lane,
-            text=text,
-            key=key,
-            now=now,
-            campaign=campaign,
-            template=template,
-        )
+        return write_message(session, world, **fields)
 
 
 def write_message(

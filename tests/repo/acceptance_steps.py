@@ -20,6 +20,7 @@ from app.db import Database
 from app.models import Message
 from app.providers.base import SendResult
 from app.reconcile import apply_recorded, record_delivery
+from app.repo.accept_batch import Acceptance
 from app.repo.attempts import start_attempt
 from app.repo.claims import Claim, claim_message
 from app.repo.failures import record_failed
@@ -46,6 +47,21 @@ def claimed(database: Database, world: World, recipient: str) -> Claim:
         assert claim is not None
         start_attempt(session, claim, f"key-{message_id}", T0)
     return claim
+
+
+def acceptance(claim: Claim, wamid: str, *, unknown: int = 0, had: bool = False) -> Acceptance:
+    """The provider's answer to a claimed attempt, as a drain's batch records it."""
+    return Acceptance(
+        claim.message_id,
+        claim.cycle,
+        claim.attempt,
+        claim.identity_id,
+        wamid,
+        200,
+        '{"ok":1}',
+        unknown,
+        had,
+    )
 
 
 def status(

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from app.db import Database
 from app.lifecycle import Source, Status
 from app.models import Attempt, MessageEvent
-from app.repo.accept_batch import Acceptance, accept_many
+from app.repo.accept_batch import accept_many
 from app.repo.acceptance import accept_at_once
 from app.repo.claims import Claim, claim_message
 from app.repo.inbox import IncomingStatus, store_delivery, store_statuses
@@ -23,24 +23,10 @@ from app.repo.transitions import apply_status
 
 from ..conftest import T0
 from ..factories import World, make_world
-from .acceptance_steps import LEASE, claimed
+from .acceptance_steps import LEASE, acceptance, claimed
 from .acceptance_writes import counted, written
 
 T1 = T0 + timedelta(seconds=2)
-
-
-def acceptance(claim: Claim, wamid: str, *, unknown: int = 0, had: bool = False) -> Acceptance:
-    return Acceptance(
-        claim.message_id,
-        claim.cycle,
-        claim.attempt,
-        claim.identity_id,
-        wamid,
-        200,
-        '{"ok":1}',
-        unknown,
-        had,
-    )
 
 
 def parked_delivered(db: Database, world: World, wamid: str) -> None:

@@ -14,26 +14,11 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from app.db import Database
-from app.repo.accept_batch import Acceptance, accept_many
-from app.repo.claims import Claim
+from app.repo.accept_batch import accept_many
 from app.repo.matching import lock_message_of_identity
 
 from ..factories import make_world
-from .acceptance_steps import T1, Runner, claimed, wait_until_blocked
-
-
-def acceptance(claim: Claim) -> Acceptance:
-    return Acceptance(
-        claim.message_id,
-        claim.cycle,
-        claim.attempt,
-        claim.identity_id,
-        f"wamid.{claim.message_id}",
-        200,
-        "{}",
-        0,
-        False,
-    )
+from .acceptance_steps import T1, Runner, acceptance, claimed, wait_until_blocked
 
 
 def test_a_batch_locks_its_messages_in_id_order_whatever_order_its_calls_ended(
@@ -49,7 +34,9 @@ def test_a_batch_locks_its_messages_in_id_order_whatever_order_its_calls_ended(
             # A large table's plan: the given rows drive, each message found by its key.
             for setting in ("enable_hashjoin", "enable_mergejoin", "enable_seqscan"):
                 drain.execute(text(f"SET LOCAL {setting} = off"))
-            return accept_many(drain, [acceptance(later), acceptance(earlier)], T1)
+            return accept_many(
+                drain, [acceptance(later, "wamid.L"), acceptance(earlier, "wamid.E")], T1
+            )
 
     runner = Runner()
     with db.transaction() as hold:  # a template hold, say, on the later message

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from app.db import Database
 from app.models import Message
 from app.reconcile import record_delivery
-from app.repo.accept_batch import Acceptance, accept_many
+from app.repo.accept_batch import accept_many
 from app.repo.acceptance import record_accepted
 from app.repo.cancels import cancel_message
 from app.repo.claims import claim_batch
@@ -31,7 +31,7 @@ from app.repo.template_holds import waiting_with_template
 
 from ..factories import make_message, make_world
 from ..views.dashboard_world import sent_message
-from .acceptance_steps import LEASE, T1, claimed, deliver, impatient, status
+from .acceptance_steps import LEASE, T1, acceptance, claimed, deliver, impatient, status
 
 
 def an_event_for(session: Session, message_id: int) -> None:
@@ -70,17 +70,7 @@ def test_a_cancel_refusing_a_claimed_message_lets_the_drain_record_it_and_its_pa
         )
         assert not refused.canceled and refused.claimed  # its refusal event is written
         with impatient(db) as drain:
-            answer = Acceptance(
-                message_id=claim.message_id,
-                cycle=claim.cycle,
-                attempt=claim.attempt,
-                identity_id=world.identity_id,
-                provider_message_id="wamid.A",
-                http_status=200,
-                response_body="{}",
-                unknown_attempts=0,
-                had_unknown=False,
-            )
+            answer = acceptance(claim, "wamid.A")
             assert accept_many(drain, [answer], T1) == {
                 (claim.message_id, claim.cycle, claim.attempt)
             }
