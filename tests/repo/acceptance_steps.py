@@ -19,7 +19,7 @@ from app.config import Config
 from app.db import Database
 from app.models import Message
 from app.providers.base import SendResult
-from app.reconcile import apply_recorded, record_delivery
+from app.reconcile import Recorded, apply_recorded, record_delivery
 from app.repo.accept_batch import Acceptance
 from app.repo.attempts import start_attempt
 from app.repo.claims import Claim, claim_message
@@ -77,10 +77,10 @@ def status(
     )
 
 
-def deliver(database: Database, incoming: IncomingStatus) -> dict[str, int]:
-    """The webhook view's path: the delivery and its status committed, then applied."""
+def stored(database: Database, incoming: IncomingStatus) -> Recorded:
+    """The webhook view's first step: the delivery and its status committed, not applied."""
     with database.transaction() as session:
-        recorded = record_delivery(
+        return record_delivery(
             session,
             provider="whatsapp",
             identity_id=incoming.identity_id,
@@ -89,7 +89,11 @@ def deliver(database: Database, incoming: IncomingStatus) -> dict[str, int]:
             now=T1,
             statuses=[incoming],
         )
-    return apply_recorded(database, recorded, T1)
+
+
+def deliver(database: Database, incoming: IncomingStatus) -> dict[str, int]:
+    """The webhook view's path: the delivery and its status committed, then applied."""
+    return apply_recorded(database, stored(database, incoming), T1)
 
 
 @contextmanager

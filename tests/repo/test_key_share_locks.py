@@ -19,7 +19,6 @@ from sqlalchemy.orm import Session
 
 from app.db import Database
 from app.models import Message
-from app.reconcile import record_delivery
 from app.repo.accept_batch import accept_many
 from app.repo.acceptance import record_accepted
 from app.repo.cancels import cancel_message
@@ -31,7 +30,16 @@ from app.repo.template_holds import waiting_with_template
 
 from ..factories import make_message, make_world
 from ..views.dashboard_world import sent_message
-from .acceptance_steps import LEASE, T1, acceptance, claimed, deliver, impatient, status
+from .acceptance_steps import (
+    LEASE,
+    T1,
+    acceptance,
+    claimed,
+    deliver,
+    impatient,
+    status,
+    stored,
+)
 
 
 def an_event_for(session: Session, message_id: int) -> None:
@@ -92,16 +100,7 @@ def test_an_event_being_written_holds_up_neither_a_webhook_nor_a_claim(
         for message_id in (sent, queued):
             an_event_for(writer, message_id)
         # The webhook's one statement (on PostgreSQL) locks the message by its provider id.
-        with db.transaction() as session:
-            read = record_delivery(
-                session,
-                provider="whatsapp",
-                identity_id=world.identity_id,
-                headers={},
-                body="{}",
-                now=T1,
-                statuses=[status(world, "wamid.S", "read")],
-            ).to_apply[0]
+        read = stored(db, status(world, "wamid.S", "read")).to_apply[0]
         with impatient(db) as webhook:
             assert apply_matched_by_provider_id(webhook, read, T1) == "applied"
         # A drain skips locked rows: one held only by the event's key share is claimed.
