@@ -104,13 +104,7 @@ def one_count(
     if len(accepted) != len(ids) or any(count > 1 for count in per_key.values()):
         raise BenchBroke(f"the sandbox accepted {len(accepted)} sends for {len(ids)} messages")
     times = sorted(a["time"] for a in accepted)
-    # The most receipts in any one second (a window starting at each receipt).
-    most, j = 0, 0
-    for i, start in enumerate(times):
-        j = max(j, i)
-        while j < len(times) and times[j] < start + 1.0:
-            j += 1
-        most = max(most, j - i)
+    most = most_in_a_second(times)
     wall = done - started
     steady = times[-1] - times[0]
     return {
@@ -124,6 +118,18 @@ def one_count(
         "self_cpu": self_after - self_before,
         "machine": (machine_before, machine_after),
     }
+
+
+def most_in_a_second(times: list[float]) -> int:
+    """The most receipts in any one second (a window starting at each receipt); `times`
+    sorted."""
+    most, j = 0, 0
+    for i, start in enumerate(times):
+        j = max(j, i)
+        while j < len(times) and times[j] < start + 1.0:
+            j += 1
+        most = max(most, j - i)
+    return most
 
 
 def main(args: argparse.Namespace) -> int:

@@ -10,7 +10,10 @@ import time
 from collections import Counter
 from typing import Any
 
+from sqlalchemy import text
+
 from bench.common import (
+    PG_DATABASE,
     REDIS_URL,
     BenchBroke,
     Sandbox,
@@ -20,6 +23,19 @@ from bench.common import (
     create_messages,
     self_cpu,
 )
+
+
+def commits(db: Any) -> int:
+    """Transactions committed in the bench's database so far (PostgreSQL's own count,
+    which reaches `pg_stat_database` within a second of each commit)."""
+    with db.engine.connect() as connection:
+        return int(
+            connection.execute(
+                text("SELECT xact_commit FROM pg_stat_database WHERE datname = :d"),
+                {"d": PG_DATABASE},
+            ).scalar_one()
+        )
+
 
 RATES = {"reply": 5000.0, "campaign": 5000.0, "total": 10000.0}
 SQL_BATCH = 100

@@ -12,6 +12,8 @@
     .venv/bin/python bench/send_rate.py --order | --latency   (bench/send_order.py)
     .venv/bin/python bench/send_rate.py --across   (bench/across_workers.py: one number
         at 1,000/s, answers after 200 ms, sent by 1, 2 then 4 worker processes)
+    .venv/bin/python bench/send_rate.py --low-rate   (bench/low_rate.py: a send's CPU when
+        its number is paced at 80/s, against one sent unpaced)
 
 Exits non-zero only if something broke (messages not all sent in time, a duplicate send,
 a traceback in a log); a missed goal is printed as such.
@@ -30,9 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import across_workers, noop, send_order
+from bench import across_workers, low_rate, noop, send_order
 from bench.common import (
-    PG_DATABASE,
     BenchBroke,
     Processes,
     Sandbox,
@@ -55,23 +56,11 @@ from bench.common import (
     status_counts,
     wait_for,
 )
-from bench.drain_counts import SQL_BATCH, count_one_drain
+from bench.drain_counts import SQL_BATCH, commits, count_one_drain
 
 IDENTITIES = 4
 RATES = {"reply": 5000.0, "campaign": 5000.0, "total": 10000.0}
 GOAL_RATIO = 3.0
-
-
-def commits(db: Any) -> int:
-    from sqlalchemy import text
-
-    with db.engine.connect() as connection:
-        return int(
-            connection.execute(
-                text("SELECT xact_commit FROM pg_stat_database WHERE datname = :d"),
-                {"d": PG_DATABASE},
-            ).scalar_one()
-        )
 
 
 def ratchet(
@@ -196,9 +185,18 @@ def main() -> int:
     )
     parser.add_argument("--across-messages", type=int, default=3000, help="for --across (3000)")
     parser.add_argument("--counts", default="1,2,4", help="worker processes, for --across")
+    parser.add_argument(
+        "--low-rate",
+        action="store_true",
+        help="only the low-rate bench: a send's CPU at 80/s against one unpaced",
+    )
+    parser.add_argument("--low-messages", type=int, default=1200, help="for --low-rate (1200)")
+    parser.add_argument("--rate", type=float, default=80.0, help="the pace, for --low-rate (80)")
     args = parser.parse_args()
     if args.across:
         return across_workers.main(args)
+    if args.low_rate:
+        return low_rate.main(args)
     if args.order or args.latency:
         return send_order.main(args)
     header("Ratchet send rate vs a no-op RQ baseline")
