@@ -8,7 +8,7 @@ calls are in flight:
 - `_collect`: wait for calls, record each batch of ends in one transaction (`_record`,
   `record_batch` in `jobs/call.py`), then listen to the provider's word on our pace and
   write one log line per send outcome;
-- `_collect_for`: a pacing wait spent the same way;
+- `_collect_for`: a pacing wait spent the same way, the ends recorded together;
 - `_abandon`: the job is cut short or a store went away: calls not begun are given back
   as never sent, and those begun are recorded;
 - `_end_calls`: the drain's end: every call collected, unless handed to the tail thread
@@ -130,11 +130,14 @@ class Calls:
             raise
 
     def _collect_for(self, seconds: float) -> None:
-        """A pacing wait, spent recording the calls that end meanwhile."""
+        """A pacing wait, spent recording the calls that end meanwhile: together, once all
+        have ended or the wait is over, since nothing is claimed before then. Recorded as
+        each ended, a few calls answered a few milliseconds apart took a transaction each
+        (`bench/send_rate.py --low-rate`)."""
         until = time.monotonic() + seconds
         try:
             while self._in_flight and (left := until - time.monotonic()) > 0:
-                self._record(self._in_flight.wait(left))
+                self._record(self._in_flight.wait(left, every=True))
         except BaseException as exc:
             self._abandon(f"the drain was cut short: {exc.__class__.__name__}")
             raise

@@ -12,14 +12,21 @@ transaction (`record_batch`), so a worker holds one PostgreSQL connection per dr
 however many calls it has in flight. A call is abandoned only before it begins
 (`abandon`): a cancelled future never ran, so no request left for it, and the drain
 gives its message back (`give_back`).
+
+A campaign's pacing slots may be granted a little ahead (`Pacer.take`), so a drain below a
+worker's speed claims a dozen messages a step rather than one or two. Each call waits on
+its thread for its slot's start, and one whose start has not come has not begun.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 
 from app.providers.transport import get_transport
 from jobs.call import Called, Prepared
@@ -38,23 +45,43 @@ def _bind_pool(numbers: Iterator[int]) -> None:
         log.warning("a call thread was left to be dealt a pool: %s", exc)
 
 
+@dataclass(frozen=True, slots=True)
+class NotBegun:
+    """A call whose start had not come when its drain abandoned it: no request left."""
+
+    prepared: Prepared
+
+
 class InFlight:
+    """The calls of one drain, each on a call thread from its submission. A call granted
+    a pacing slot ahead (`Pacer.take`) waits on its thread for its slot's start, so it
+    starts on time whatever the drain's own thread is doing; until then it can be given
+    back unsent (`abandon`)."""
+
     def __init__(self, threads: int, name: str) -> None:
         self.threads = max(1, threads)
         self._name = name
         self._pool: ThreadPoolExecutor | None = None
-        # Begun or queued, not yet collected, oldest first, each with its attempt.
-        self._calls: dict[Future[Called], Prepared] = {}
+        # Begun, waiting for their start, or queued; not yet collected, oldest first.
+        self._calls: dict[Future[Called | NotBegun], Prepared] = {}
+        self._abandoned = threading.Event()  # set: the calls still waiting do not begin
 
     def __len__(self) -> int:
         return len(self._calls)
 
     @property
     def free(self) -> int:
-        """Call threads not busy with a call of ours."""
+        """Call threads not busy with a call of ours (or waiting to begin one)."""
         return self.threads - len(self._calls)
 
-    def submit(self, batch: Iterable[Prepared], send: Callable[[Prepared], Called]) -> None:
+    def submit(
+        self,
+        batch: Sequence[Prepared],
+        send: Callable[[Prepared], Called],
+        starts: Sequence[float] = (),
+    ) -> None:
+        """Call each of `batch` on a thread, the i-th at `starts[i]` (`time.monotonic()`),
+        or at once: a start already passed, or none given."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
                 max_workers=self.threads,
@@ -62,30 +89,53 @@ class InFlight:
                 initializer=_bind_pool,
                 initargs=(itertools.count(),),
             )
-        for prepared in batch:
-            self._calls[self._pool.submit(send, prepared)] = prepared
+        for n, prepared in enumerate(batch):
+            start = starts[n] if n < len(starts) else 0.0
+            self._calls[self._pool.submit(self._at_start, send, prepared, start)] = prepared
 
-    def wait(self, timeout: float | None) -> list[Called]:
-        """Wait up to `timeout` (None: until one ends) and collect the calls that ended,
-        oldest first. A call that raised raises here, and every call stays held, so the
-        drain's `abandon` still records those that ended with it."""
-        done, _ = wait(self._calls, timeout=timeout, return_when=FIRST_COMPLETED)
+    def _at_start(
+        self, send: Callable[[Prepared], Called], prepared: Prepared, start: float
+    ) -> Called | NotBegun:
+        """On a call thread: the call, once its start has come (unless abandoned first)."""
+        wait_for = start - time.monotonic()
+        if wait_for > 0 and self._abandoned.wait(wait_for):
+            return NotBegun(prepared)
+        return send(prepared)
+
+    def wait(self, timeout: float | None, *, every: bool = False) -> list[Called]:
+        """Wait up to `timeout` (None: until one ends; `every`: until all have) and collect
+        the calls that ended, oldest first. A call that raised raises here, and every call
+        stays held, so the drain's `abandon` still records those that ended with it."""
+        until = ALL_COMPLETED if every else FIRST_COMPLETED
+        done, _ = wait(self._calls, timeout=timeout, return_when=until)
         ended = [call for call in self._calls if call in done]
         for call in ended:
             if (error := call.exception()) is not None:
                 raise error
         for call in ended:
             del self._calls[call]
-        return [call.result() for call in ended]
+        results = [call.result() for call in ended]  # a NotBegun only after `abandon`
+        return [result for result in results if not isinstance(result, NotBegun)]
 
     def abandon(self) -> tuple[list[Called], list[Prepared]]:
-        """Cancel the calls not yet begun and wait for those begun. Returns those that
-        ended, and the attempts that never began (no request left for them)."""
+        """Cancel the calls not yet begun (queued, or waiting for their start) and wait for
+        those begun. Returns those that ended, and the attempts that never began (no
+        request left for them)."""
         calls, self._calls = self._calls, {}
+        self._abandoned.set()
         unsent = [prepared for call, prepared in calls.items() if call.cancel()]
         wait(calls)
-        ended = [c for c in calls if not c.cancelled() and c.exception() is None]
-        return [call.result() for call in ended], unsent
+        self._abandoned = threading.Event()  # every call has returned: none reads the old
+        ended: list[Called] = []
+        for call in calls:
+            if call.cancelled() or call.exception() is not None:
+                continue
+            result = call.result()
+            if isinstance(result, NotBegun):
+                unsent.append(result.prepared)
+            else:
+                ended.append(result)
+        return ended, unsent
 
     def close(self) -> None:
         if self._pool is not None:

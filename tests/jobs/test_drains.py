@@ -21,14 +21,13 @@ from sqlalchemy import func, select
 
 from app.models import Identity, Message
 from app.repo.messages import NewMessage, create_message
-from jobs.pacing import MIN_BURST, Pacer
+from jobs.pacing import Pacer
 from jobs.ringing import ring_identity
 
 from ..conftest import PG_URL, SECRET_KEY
 from .conftest import Env
+from .drain_runs import BURST_SECONDS, burst_of, busiest_second
 from .processes import start
-
-BURST_SECONDS = 0.1
 
 
 class Cluster:
@@ -152,22 +151,6 @@ def wait_until(condition: Callable[[], bool], limit: float = 120.0, every: float
 
 def receipt_times(env: Env, number: dict[str, Any]) -> list[float]:
     return sorted(a["time"] for a in env.accepted(number))
-
-
-def busiest_second(times: list[float], start: float = 0.0, end: float = math.inf) -> int:
-    """The most receipts in any one-second window starting at a receipt in [start, end)."""
-    window = [t for t in times if start <= t < end]
-    best = 0
-    j = 0
-    for i, t in enumerate(window):
-        while j < len(window) and window[j] < t + 1.0:
-            j += 1
-        best = max(best, j - i)
-    return best
-
-
-def burst_of(rate: float) -> int:
-    return max(MIN_BURST, math.ceil(rate * BURST_SECONDS))
 
 
 @pytest.mark.slow
