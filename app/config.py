@@ -66,8 +66,9 @@ class Config:
     shard_max: int = 8
     pacing_burst: float = 0.1  # a bucket's burst, in seconds of its rate
     # How far ahead a campaign's slots may be granted, each call started at its own slot:
-    # a drain below a worker's speed then claims a few messages a step, not one a slot.
-    pacing_ahead: float = 0.25
+    # a drain below a worker's speed then claims a dozen messages a step, not a few. Off by
+    # default: on a loaded machine the calls of one step, held up, land beside the next's.
+    pacing_ahead: float = 0.0
     pacing_slowdown: float = 60.0  # how long a provider's rate-limit answer halves the pace
     # The dashboard: a due message older than this, unclaimed, is stuck (seconds).
     stuck_after: float = 60.0
@@ -149,7 +150,7 @@ class Config:
             "shard_rate": env_float(env, "RATCHET_SHARD_RATE", 250.0),
             "shard_max": env_int(env, "RATCHET_SHARD_MAX", 8),
             "pacing_burst": env_float(env, "RATCHET_PACING_BURST", 0.1),
-            "pacing_ahead": env_float(env, "RATCHET_PACING_AHEAD", 0.25),
+            "pacing_ahead": env_float(env, "RATCHET_PACING_AHEAD", 0.0),
             "pacing_slowdown": env_float(env, "RATCHET_PACING_SLOWDOWN", 60.0),
             "stuck_after": env_float(env, "RATCHET_STUCK_AFTER", 60.0),
             "sweep_interval": env_float(env, "RATCHET_SWEEP_INTERVAL", 2.0),

@@ -137,6 +137,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"logs: {processes.logs}")
         sandbox = start_sandbox(processes, process_env())
         app = make_app()
+        print(f"RATCHET_PACING_AHEAD: {app.config['RATCHET'].pacing_ahead} s")
         runs = {}
         with app.app_context():
             for n, (label, rate) in enumerate((("paced", args.rate), ("unpaced", FAR_ABOVE))):

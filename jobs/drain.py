@@ -222,12 +222,22 @@ class Drain(Calls):
         # More due than this step takes: a reply drain looks again as soon as a thread is
         # free, instead of waiting for every call (`_collect`).
         self._capped = want > cap or want >= self.config.drain_batch
+        if cap <= 0:
+            # Every call thread busy, or holding a call for its slot: a pacing wait after
+            # a batch larger than the threads (`_wait_inline`) can leave it so. Wait for
+            # threads to free up rather than ask for no slots, again and again.
+            self._collect(watch=self.lane == "reply", refill=True)
+            return _Step()
         due, want = want, min(want, cap)
         # 2. Pacing slots, on Redis's clock. Waiting for one is never an attempt.
-        # A campaign's slots may be granted a little ahead, each call held until its own
-        # (`jobs/in_flight.py`); a reply is claimed when it has a slot, and sent then.
-        ahead = self.config.pacing_ahead if self.lane == "campaign" else 0.0
-        grant = self.pacer.take(self.identity_id, self.lane, want, rates, other, ahead=ahead)
+        # A campaign's slots are taken several at a time, and may be granted a little
+        # ahead, each call held until its own (`jobs/in_flight.py`); a reply is claimed
+        # as soon as it has a slot, and sent then.
+        campaign = self.lane == "campaign"
+        ahead = self.config.pacing_ahead if campaign else 0.0
+        grant = self.pacer.take(
+            self.identity_id, self.lane, want, rates, other, ahead=ahead, gather=campaign
+        )
         if grant.slots == 0:
             self.outcomes["pacing waits"] += 1
             instruments.PACING_WAITS.labels(self.lane).inc()

@@ -2,18 +2,22 @@
 
 Each identity has a reply rate, a campaign rate and a total cap. A drain asks for as many
 slots as it has due messages; one Lua script, on Redis's own clock (`TIME`), grants as many
-as both its lane's bucket and the identity's total bucket allow now, and says when the next
-one frees up. The buckets are GCRA (the generic cell rate algorithm): a bucket is one
-number, the theoretical arrival time of the next cell, so a grant of k cells is O(1), and in
-any window of length W no more than `rate x W + burst` cells are granted.
+as its lane's bucket (and, where needed, the identity's total bucket) allows now, or for a
+campaign a little ahead, and says when the next one frees up. The buckets are GCRA (the
+generic cell rate algorithm): a bucket is one number, the theoretical arrival time of the
+next cell, so a grant of k cells is O(1), and in any window of length W no more than
+`rate x W + burst` cells are granted.
 
 Why not the `limits` library: it passes the client's clock into its script (machines'
 clocks differ) and takes a cost all-or-nothing, where a drain needs "as many as are free now,
 and when is the next".
 
 A reply never waits for a slot because of campaigns: the CLI keeps the two lane rates within
-the total, and the total's burst is at least the two lanes' bursts together, so the total
-bucket cannot be emptied by one lane while the other has room.
+the total, and then the two lanes' buckets hold the total by themselves (their rates and
+bursts add up to no more than its own), so only the lane's bucket is taken from. Should the
+lanes add up to more (a direct database update), the total's bucket is taken from too; its
+burst is at least the two lanes' bursts together, so one lane cannot empty it while the
+other has room, though a campaign's slots granted ahead may then hold a reply back.
 
 The provider's own rate-limit answers (130429, 80007, 4, Twilio's 20429) slow the identity:
 its rates are halved for a minute (halved again if it happens again meanwhile, down to an
@@ -202,13 +206,15 @@ class Pacer:
         other: float,
         *,
         ahead: float = 0.0,
+        gather: bool = False,
     ) -> Grant:
         """Up to `want` slots for `lane`, now or up to `ahead` seconds from now, each with
-        its start. `other` is the other lane's rate: the total bucket's burst covers both
-        lanes' bursts, so one lane cannot starve the other.
+        its start. `other` is the other lane's rate: the total bucket (taken only when the
+        lanes add up to more than the total) has a burst that covers both lanes' bursts, so
+        one lane cannot starve the other.
 
-        With `ahead` (a campaign), none are granted until half of what the bucket could
-        grant (its burst and `ahead`'s worth) is free, or `want` if fewer, and the wait is
+        With `gather` (a campaign), none are granted until half of what the buckets could
+        grant (a burst and `ahead`'s worth) is free, or `want` if fewer, and the wait is
         until then. Slot by slot, a drain below a worker's speed woke for every slot, each
         wake a step of reads, a claim and a record for one message
         (`bench/send_rate.py --low-rate`: at 80/s a send cost the worker five times its
@@ -221,11 +227,23 @@ class Pacer:
         other_burst = _bucket(other * factor, self.burst_seconds)[1] if other > 0 else 0
         total_burst = max(total_burst, lane_burst + other_burst)
         ahead_us = max(0, int(ahead * 1_000_000))
-        least = min(want, max(1, (lane_burst + ahead_us // lane_interval) // 2)) if ahead else 1
-        granted, wait, *starts = self._take(
-            keys=[f"ratchet:pace:{identity_id}:{lane}", f"ratchet:pace:{identity_id}:total"],
-            args=[want, least, ahead_us, lane_interval, lane_burst, total_interval, total_burst],
-        )
+        keys = [f"ratchet:pace:{identity_id}:{lane}"]
+        args = [want, 1, ahead_us, lane_interval, lane_burst]
+        if rates.lane + other > rates.total:
+            # The lanes add up to more than the total (the CLI refuses it; a direct database
+            # update can do it): the total's bucket caps them. Within it, as the CLI keeps
+            # them, the two lanes' buckets already hold the total (their rates and bursts
+            # add up to no more than its own), and slots booked ahead on a shared bucket
+            # would hold a reply back behind a campaign's next quarter second.
+            keys.append(f"ratchet:pace:{identity_id}:total")
+            args += [total_interval, total_burst]
+        if gather:
+            # Half of what the tightest bucket could grant at once (its burst and `ahead`'s
+            # worth): more would never be granted.
+            pairs = zip(args[3::2], args[4::2], strict=True)
+            cells = min(burst + ahead_us // interval for interval, burst in pairs)
+            args[1] = min(want, max(1, cells // 2))
+        granted, wait, *starts = self._take(keys=keys, args=args)
         return Grant(int(granted), int(wait) / 1_000_000, tuple(int(s) / 1_000_000 for s in starts))
 
     # Feedback from the provider ------------------------------------------------------
