@@ -13,9 +13,10 @@ however many calls it has in flight. A call is abandoned only before it begins
 (`abandon`): a cancelled future never ran, so no request left for it, and the drain
 gives its message back (`give_back`).
 
-A campaign's pacing slots may be granted a little ahead (`Pacer.take`), so a drain below a
-worker's speed claims a dozen messages a step rather than one or two. Each call waits on
-its thread for its slot's start, and one whose start has not come has not begun.
+With `RATCHET_PACING_AHEAD` set, a campaign's pacing slots may be granted a little ahead
+(`Pacer.take`), so a drain below a worker's speed claims a dozen messages a step rather
+than a few. Each call waits on its thread for its slot's start, and one whose start has
+not come has not begun.
 """
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ class Rates:
 @dataclass(frozen=True, slots=True)
 class Grant:
     slots: int
-    wait: float  # seconds until the next slot (with `ahead`: the next batch) is free
+    wait: float  # seconds until the next slot (with `gather`: the next batch) is free
     # Each slot's start, in seconds from the grant (0.0: now); one per slot.
     starts: tuple[float, ...] = ()
 
